@@ -1,0 +1,148 @@
+package bucket
+
+import (
+	"time"
+)
+
+// Algorithm selects how a bucket refills.
+type Algorithm uint8
+
+const (
+	// TokenBucket is a continuous-refill bucket: capacity Burst, refilled at Limit per Period.
+	TokenBucket Algorithm = iota
+	// SlidingWindow admits at most Limit in any rolling Period.
+	SlidingWindow
+	// Quota admits at most Limit per calendar period (UTC day or month), reset at the boundary.
+	Quota
+)
+
+// String returns the configuration name of the algorithm.
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucket:
+		return "token_bucket"
+	case SlidingWindow:
+		return "sliding_window"
+	case Quota:
+		return "quota"
+	}
+	return "unknown"
+}
+
+// Calendar is the period of a Quota bucket.
+type Calendar uint8
+
+const (
+	// Day resets at 00:00 UTC.
+	Day Calendar = iota
+	// Month resets at 00:00 UTC on the first of the month.
+	Month
+)
+
+// Spec describes one bucket of a decision and what the request costs in it.
+type Spec struct {
+	// Name identifies the bucket within its Request.Tag. It may hold any bytes (user-controlled
+	// tenant ids, model names): the store escapes or hashes it into a safe key.
+	Name string
+	// Algorithm is the refill rule; the zero value is TokenBucket.
+	Algorithm Algorithm
+	// Limit is the amount admitted per Period (tokens or requests). Must be > 0.
+	Limit int64
+	// Period is the refill period for TokenBucket and the window for SlidingWindow
+	// (1 s to 31 days). Ignored by Quota.
+	Period time.Duration
+	// Calendar is the reset period of a Quota bucket.
+	Calendar Calendar
+	// Burst is the capacity of a TokenBucket; 0 means Limit.
+	Burst int64
+	// Cost is what this request takes from the bucket (>= 0).
+	Cost int64
+	// Floor is the fraction of capacity (0 to 1) that this request may not take: a low-priority
+	// request is admitted only while the bucket stays at or above Floor x capacity after paying.
+	Floor float64
+}
+
+// Capacity returns the most the bucket can ever hold.
+func (s *Spec) Capacity() int64 {
+	if s.Algorithm == TokenBucket && s.Burst > 0 {
+		return s.Burst
+	}
+	return s.Limit
+}
+
+// Request is one decision: every bucket pays its Cost, or none does.
+type Request struct {
+	// Tag groups the buckets of one decision into one Redis Cluster hash slot (for example the
+	// provider name). Every key of the decision carries it.
+	Tag string
+	// Buckets are checked and debited together.
+	Buckets []Spec
+	// MaxWait is the longest delay the caller accepts: when every bucket can pay within it, the
+	// buckets go into debt and the result is Delayed with the wait. Zero means no waiting.
+	MaxWait time.Duration
+}
+
+// Outcome is the result of a decision.
+type Outcome uint8
+
+const (
+	// Allowed means every bucket paid now.
+	Allowed Outcome = iota
+	// Delayed means every bucket paid in advance; the caller must wait Result.Wait before
+	// proceeding (a reservation within MaxWait).
+	Delayed
+	// Denied means no bucket paid; Result.Wait is when every bucket could pay.
+	Denied
+	// Impossible means no bucket paid and the cost can never fit: it exceeds a bucket's capacity
+	// (above its floor). Result.Wait is zero; Result.Blocking names the bucket.
+	Impossible
+)
+
+// String returns a stable name used in logs and metrics.
+func (o Outcome) String() string {
+	switch o {
+	case Allowed:
+		return "allowed"
+	case Delayed:
+		return "delayed"
+	case Denied:
+		return "denied"
+	case Impossible:
+		return "impossible"
+	}
+	return "unknown"
+}
+
+// State is one bucket's state after a decision.
+type State struct {
+	// Remaining is what the bucket holds now (negative while in debt), rounded down.
+	Remaining int64
+	// Limit is the bucket's capacity.
+	Limit int64
+	// Reset is the time until the bucket is full again (TokenBucket, SlidingWindow) or until the
+	// quota period resets (Quota).
+	Reset time.Duration
+	// Wait is how long until this bucket alone could pay its cost; zero when it can pay now.
+	Wait time.Duration
+}
+
+// Result is the outcome of a Request.
+type Result struct {
+	Outcome Outcome
+	// Wait is the delay before proceeding (Delayed) or before a retry can succeed (Denied):
+	// the largest per-bucket wait.
+	Wait time.Duration
+	// Blocking is the index in Request.Buckets of the bucket that limits the decision (the longest
+	// wait, or the one that can never fit); -1 when allowed.
+	Blocking int
+	// Buckets holds the state of each bucket, in Request order.
+	Buckets []State
+}
+
+// Adjustment changes a bucket after the fact: a positive Delta gives tokens back (never above
+// capacity), a negative one charges extra (the bucket may go into debt).
+type Adjustment struct {
+	// Spec identifies the bucket and its parameters; its Cost is ignored.
+	Spec
+	Delta int64
+}
