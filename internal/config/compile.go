@@ -1,0 +1,294 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+)
+
+// Config is a validated configuration with its derived values precomputed. It is immutable and
+// safe for concurrent use.
+type Config struct {
+	// File is the configuration as decoded, defaults applied.
+	File File
+	// Rules are the compiled rules, in file order.
+	Rules []*Rule
+	// Classes maps a priority class to its floor, the default class included.
+	Classes map[string]float64
+	// DefaultFloor is the floor of the default priority class.
+	DefaultFloor float64
+}
+
+// Scope is a set of request attributes a rule's buckets are kept per.
+type Scope uint8
+
+const (
+	PerProvider Scope = 1 << iota
+	PerModel
+	PerTenant
+	PerPriority
+)
+
+var scopeNames = map[string]Scope{"provider": PerProvider, "model": PerModel, "tenant": PerTenant, "priority": PerPriority}
+
+// Rule is a compiled rule.
+type Rule struct {
+	Name     string
+	Provider Glob
+	Model    Glob
+	Path     Glob
+	Tenant   Glob
+	Priority Glob
+	Per      Scope
+	Tokens   *Limit
+	Requests *Limit
+	MaxWait  time.Duration
+	Shadow   bool
+}
+
+// Limit is a compiled amount: the parameters of one bucket.
+type Limit struct {
+	Algorithm bucket.Algorithm
+	Limit     int64
+	Period    time.Duration
+	Calendar  bucket.Calendar
+	Burst     int64
+}
+
+// Capacity is the most the bucket can hold.
+func (l *Limit) Capacity() int64 {
+	if l.Algorithm == bucket.TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
+}
+
+// Spec returns the bucket spec for this limit with the given name and cost.
+func (l *Limit) Spec(name string, cost int64, floor float64) bucket.Spec {
+	return bucket.Spec{Name: name, Algorithm: l.Algorithm, Limit: l.Limit, Period: l.Period,
+		Calendar: l.Calendar, Burst: l.Burst, Cost: cost, Floor: floor}
+}
+
+// Limits of the accepted values, wide enough for any provider tier.
+const (
+	maxLimit  = 1_000_000_000_000
+	minPeriod = time.Second
+	maxPeriod = 31 * 24 * time.Hour
+)
+
+func (f *File) compile() (*Config, error) {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+
+	switch f.Tenant.Source {
+	case "none", "principal", "context_extension":
+	case "header":
+		if f.Tenant.Header == "" {
+			bad("tenant.header", "required with tenant.source: header")
+		}
+	default:
+		bad("tenant.source", "%q is not one of none, header, principal, context_extension", f.Tenant.Source)
+	}
+	f.Tenant.Header = strings.ToLower(f.Tenant.Header)
+	if f.Tenant.Default == "" {
+		bad("tenant.default", "must not be empty")
+	}
+
+	c := &Config{Classes: map[string]float64{}}
+	for name, cl := range f.Priority.Classes {
+		if cl.Floor < 0 || cl.Floor >= 1 {
+			bad("priority.classes."+name+".floor", "%v is not in [0, 1)", cl.Floor)
+		}
+		c.Classes[name] = cl.Floor
+	}
+	if _, ok := c.Classes[f.Priority.Default]; !ok {
+		bad("priority.default", "%q is not a class under priority.classes", f.Priority.Default)
+	}
+	c.DefaultFloor = c.Classes[f.Priority.Default]
+	f.Priority.Header = strings.ToLower(f.Priority.Header)
+
+	if f.Pricing.DefaultOutputTokens < 0 || f.Pricing.DefaultOutputTokens > maxLimit {
+		bad("pricing.default_output_tokens", "%d is out of range", f.Pricing.DefaultOutputTokens)
+	}
+	for i, m := range f.Pricing.OutputTokens {
+		if m.Model == "" {
+			bad(fmt.Sprintf("pricing.output_tokens[%d].model", i), "must not be empty")
+		}
+		if m.Tokens < 0 || m.Tokens > maxLimit {
+			bad(fmt.Sprintf("pricing.output_tokens[%d].tokens", i), "%d is out of range", m.Tokens)
+		}
+	}
+	switch f.Pricing.FallbackEncoding {
+	case "o200k_base", "cl100k_base":
+	default:
+		bad("pricing.fallback_encoding", "%q is not o200k_base or cl100k_base", f.Pricing.FallbackEncoding)
+	}
+
+	switch f.Failure.Mode {
+	case "deny", "allow", "local":
+	default:
+		bad("failure.mode", "%q is not one of deny, allow, local", f.Failure.Mode)
+	}
+	if f.Failure.Replicas < 1 {
+		bad("failure.replicas", "%d must be at least 1", f.Failure.Replicas)
+	}
+	if f.Response.RetryJitter < 0 || f.Response.RetryJitter > 1 {
+		bad("response.retry_jitter", "%v is not in [0, 1]", f.Response.RetryJitter)
+	}
+	if f.MaxHeld < 0 {
+		bad("max_held", "%d must not be negative", f.MaxHeld)
+	}
+
+	seen := map[string]int{}
+	for i := range f.Rules {
+		key := fmt.Sprintf("rules[%d]", i)
+		r, err := compileRule(&f.Rules[i], key, c.Classes)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if j, dup := seen[r.Name]; dup {
+			bad(key+".name", "%q is already the name of rules[%d]", r.Name, j)
+		}
+		seen[r.Name] = i
+		c.Rules = append(c.Rules, r)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.File = *f
+	return c, nil
+}
+
+// compileRule validates one rule; key is its path for messages. classes, when not nil, are the
+// known priority classes.
+func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, error) {
+	var errs []error
+	bad := func(k, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", key, k, fmt.Sprintf(format, args...)))
+	}
+	if r.Name == "" {
+		bad("name", "must not be empty")
+	} else if len(r.Name) > 64 || strings.ContainsFunc(r.Name, func(c rune) bool {
+		return !(c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+	}) {
+		bad("name", "%q must be 1 to 64 of [A-Za-z0-9._-]", r.Name)
+	}
+	out := &Rule{
+		Name:     r.Name,
+		Provider: NewGlob(r.Match.Provider),
+		Model:    NewGlob(r.Match.Model),
+		Path:     NewGlob(r.Match.Path),
+		Tenant:   NewGlob(r.Match.Tenant),
+		Priority: NewGlob(r.Match.Priority),
+		MaxWait:  time.Duration(r.MaxWait),
+		Shadow:   r.Shadow,
+	}
+	switch r.Match.Provider {
+	case "", "openai", "azure", "anthropic", "*":
+	default:
+		if !strings.ContainsAny(r.Match.Provider, "*?") {
+			bad("match.provider", "%q is not one of openai, azure, anthropic", r.Match.Provider)
+		}
+	}
+	if p := r.Match.Priority; p != "" && classes != nil && !strings.ContainsAny(p, "*?") {
+		if _, ok := classes[p]; !ok {
+			bad("match.priority", "%q is not a class under priority.classes", p)
+		}
+	}
+	for i, s := range r.Per {
+		bit, ok := scopeNames[s]
+		if !ok {
+			bad(fmt.Sprintf("per[%d]", i), "%q is not one of provider, model, tenant, priority", s)
+		}
+		out.Per |= bit
+	}
+	if r.Tokens == nil && r.Requests == nil {
+		bad("tokens", "a rule needs tokens, requests or both")
+	}
+	var err error
+	if r.Tokens != nil {
+		if out.Tokens, err = compileAmount(r.Tokens, key+".tokens"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.Requests != nil {
+		if out.Requests, err = compileAmount(r.Requests, key+".requests"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if out.MaxWait > time.Minute {
+		bad("max_wait", "%v is above 1m (a held request must finish within Envoy's ext_authz timeout)", out.MaxWait)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+func compileAmount(a *Amount, key string) (*Limit, error) {
+	var errs []error
+	bad := func(k, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", key, k, fmt.Sprintf(format, args...)))
+	}
+	l := &Limit{Limit: a.Limit, Burst: a.Burst}
+	if a.Limit <= 0 || a.Limit > maxLimit {
+		bad("limit", "%d is not in [1, %d]", a.Limit, int64(maxLimit))
+	}
+	if a.Burst < 0 || a.Burst > maxLimit {
+		bad("burst", "%d is not in [0, %d]", a.Burst, int64(maxLimit))
+	}
+	switch a.Algorithm {
+	case "", "token_bucket":
+		l.Algorithm = bucket.TokenBucket
+	case "sliding_window":
+		l.Algorithm = bucket.SlidingWindow
+	case "quota":
+		l.Algorithm = bucket.Quota
+	default:
+		bad("algorithm", "%q is not one of token_bucket, sliding_window, quota", a.Algorithm)
+	}
+	if a.Burst > 0 && l.Algorithm != bucket.TokenBucket {
+		bad("burst", "applies to token_bucket only")
+	}
+	if l.Algorithm == bucket.Quota {
+		switch a.Period {
+		case "day":
+			l.Calendar = bucket.Day
+		case "month":
+			l.Calendar = bucket.Month
+		default:
+			bad("period", "%q: a quota resets per calendar day or month", a.Period)
+		}
+	} else {
+		switch a.Period {
+		case "second":
+			l.Period = time.Second
+		case "minute":
+			l.Period = time.Minute
+		case "hour":
+			l.Period = time.Hour
+		case "day":
+			l.Period = 24 * time.Hour
+		case "month":
+			bad("period", "month is a calendar period: use algorithm: quota")
+		case "":
+			bad("period", "required (second, minute, hour, day, or a duration like 90s)")
+		default:
+			d, err := time.ParseDuration(a.Period)
+			if err != nil || d < minPeriod || d > maxPeriod {
+				bad("period", "%q is not second, minute, hour, day, or a duration from 1s to 744h", a.Period)
+			}
+			l.Period = d
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return l, nil
+}

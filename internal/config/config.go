@@ -1,0 +1,222 @@
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Example is the embedded example configuration: the service's default when no file is given.
+//
+//go:embed example.yaml
+var Example []byte
+
+// File is the configuration file as written by the operator. Field names are the YAML keys.
+type File struct {
+	// Tenant says where the tenant identity of a request comes from.
+	Tenant Tenant `yaml:"tenant"`
+	// Priority says how a request's priority class is chosen and what floor each class has.
+	Priority Priority `yaml:"priority"`
+	// Pricing tunes request pricing.
+	Pricing Pricing `yaml:"pricing"`
+	// Failure is the decision taken while the store is unreachable.
+	Failure Failure `yaml:"failure"`
+	// Response tunes the answers sent to clients.
+	Response Response `yaml:"response"`
+	// Shadow decides and counts every request but always allows (global dry run).
+	Shadow bool `yaml:"shadow"`
+	// MaxHeld bounds the requests held at once for a max_wait reservation.
+	MaxHeld int `yaml:"max_held"`
+	// Rules are the limits. Every rule whose match fits a request applies to it.
+	Rules []RuleSpec `yaml:"rules"`
+}
+
+// Tenant configures tenant identity.
+type Tenant struct {
+	// Source is one of: none, header, principal, context_extension.
+	Source string `yaml:"source"`
+	// Header is the header name with source: header (lower case, set by the mesh).
+	Header string `yaml:"header"`
+	// Default is the tenant of a request that carries none.
+	Default string `yaml:"default"`
+}
+
+// Priority configures priority classes.
+type Priority struct {
+	// Header carries the class name; a missing or unknown class is Default.
+	Header string `yaml:"header"`
+	// Default is the class of a request that names none.
+	Default string `yaml:"default"`
+	// Classes maps a class name to its floor: the fraction of each bucket it may not take.
+	Classes map[string]Class `yaml:"classes"`
+}
+
+// Class is one priority class.
+type Class struct {
+	Floor float64 `yaml:"floor"`
+}
+
+// Pricing configures request pricing.
+type Pricing struct {
+	// DefaultOutputTokens is reserved for output when a request names no maximum.
+	DefaultOutputTokens int64 `yaml:"default_output_tokens"`
+	// OutputTokens overrides DefaultOutputTokens per model glob (first match wins).
+	OutputTokens []ModelTokens `yaml:"output_tokens"`
+	// FallbackEncoding is the tokenizer of unknown models: o200k_base or cl100k_base.
+	FallbackEncoding string `yaml:"fallback_encoding"`
+	// AzureDeployments maps an Azure OpenAI deployment name to its model.
+	AzureDeployments map[string]string `yaml:"azure_deployments"`
+}
+
+// ModelTokens is a default output reservation for the models matching a glob.
+type ModelTokens struct {
+	Model  string `yaml:"model"`
+	Tokens int64  `yaml:"tokens"`
+}
+
+// Failure configures the decision while the store is unreachable.
+type Failure struct {
+	// Mode is deny (503, the default), allow, or local (each replica enforces limit / Replicas in
+	// memory).
+	Mode string `yaml:"mode"`
+	// Replicas is the number of replicas sharing the limit in local mode.
+	Replicas int `yaml:"replicas"`
+}
+
+// Response tunes the answers sent to clients.
+type Response struct {
+	// RetryJitter adds up to this fraction (0 to 1) of the wait to the advertised Retry-After, so
+	// that denied clients do not all come back at once.
+	RetryJitter float64 `yaml:"retry_jitter"`
+}
+
+// RuleSpec is one limit as written in the file.
+type RuleSpec struct {
+	// Name identifies the rule in buckets, metrics, headers and logs. Changing it starts new buckets.
+	Name string `yaml:"name"`
+	// Match selects the requests the rule applies to; empty fields match everything.
+	Match Match `yaml:"match"`
+	// Per lists what the rule's buckets are kept per: any of provider, model, tenant, priority.
+	// Empty means one bucket for all matching requests.
+	Per []string `yaml:"per"`
+	// Tokens limits the tokens of the matching requests (prompt plus reserved output).
+	Tokens *Amount `yaml:"tokens"`
+	// Requests limits the number of matching requests.
+	Requests *Amount `yaml:"requests"`
+	// MaxWait holds a request up to this long for the budget instead of denying it.
+	MaxWait Duration `yaml:"max_wait"`
+	// Shadow decides and counts but always allows (per-rule dry run).
+	Shadow bool `yaml:"shadow"`
+}
+
+// Match selects requests. Globs take * (any run of characters) and ? (one character).
+type Match struct {
+	Provider string `yaml:"provider"`
+	Model    string `yaml:"model"`
+	Path     string `yaml:"path"`
+	Tenant   string `yaml:"tenant"`
+	Priority string `yaml:"priority"`
+}
+
+// Amount is one budget: Limit per Period.
+type Amount struct {
+	Limit int64 `yaml:"limit"`
+	// Period is second, minute, hour, day, month (calendar, quota only) or a duration like 90s.
+	Period string `yaml:"period"`
+	// Burst is the token bucket's capacity; 0 means Limit.
+	Burst int64 `yaml:"burst"`
+	// Algorithm is token_bucket (default), sliding_window or quota.
+	Algorithm string `yaml:"algorithm"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("1.5s", "250ms").
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration string; an error is reported with the line of the value.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a non-negative duration (like 500ms or 2s)", n.Line, n.Value)}}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Load reads, decodes and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates a configuration; name is used in error messages. Every problem is
+// reported at once.
+func Parse(data []byte, name string) (*Config, error) {
+	f := Defaults()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var errs []error
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for _, e := range te.Errors {
+				errs = append(errs, errors.New(e))
+			}
+		} else {
+			return nil, fmt.Errorf("config %s: %w", name, err)
+		}
+	}
+	c, err := f.compile()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, &Error{Name: name, Problems: flatten(errs)}
+	}
+	return c, nil
+}
+
+// Default returns the compiled embedded example configuration.
+func Default() (*Config, error) { return Parse(Example, "embedded example") }
+
+// Defaults returns a File holding every default value.
+func Defaults() File {
+	return File{
+		Tenant:   Tenant{Source: "none", Default: "default"},
+		Priority: Priority{Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
+		Pricing:  Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "o200k_base"},
+		Failure:  Failure{Mode: "deny", Replicas: 1},
+		MaxHeld:  1024,
+	}
+}
+
+// Error lists every problem of a configuration.
+type Error struct {
+	Name     string
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("config %s: %d problem(s):\n  %s", e.Name, len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+func flatten(errs []error) []string {
+	var out []string
+	for _, err := range errs {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			out = append(out, flatten(j.Unwrap())...)
+			continue
+		}
+		out = append(out, err.Error())
+	}
+	return out
+}

@@ -1,0 +1,418 @@
+package filter
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+// Limiter debits budgets atomically. bucket.Redis and bucket.Memory implement it.
+type Limiter interface {
+	// Take debits every bucket of req, or none.
+	Take(ctx context.Context, req *bucket.Request) (bucket.Result, error)
+	// Adjust gives tokens back (positive delta) or charges extra (negative delta).
+	Adjust(ctx context.Context, tag string, adj []bucket.Adjustment) error
+}
+
+// Estimator prices a request. *tokens.Pricer implements it.
+type Estimator interface {
+	Estimate(in *tokens.Input) tokens.Estimate
+}
+
+// Policy is one configuration with the estimator built from it. The filter swaps whole Policies
+// atomically when the configuration is reloaded.
+type Policy struct {
+	Config    *config.Config
+	Estimator Estimator
+}
+
+// Options configures a Filter.
+type Options struct {
+	// Limiter is the shared store. Required.
+	Limiter Limiter
+	// Fallback is the in-memory store used while Limiter fails and failure.mode is local.
+	// Without it, local mode denies like deny mode.
+	Fallback Limiter
+	// Logger receives one line per decision at debug level, and failures at warn. Default: none.
+	Logger *zap.Logger
+	// Metrics receives the decision metrics. Default: not recorded.
+	Metrics *Metrics
+	// Now is the clock for holding and timing. Default time.Now.
+	Now func() time.Time
+	// Jitter returns a uniform number in [0, 1) for Retry-After jitter. Default math/rand/v2.
+	Jitter func() float64
+	// HoldMargin is kept free before the ext_authz deadline when holding a request for max_wait,
+	// so that the answer still reaches Envoy in time. Default 25ms.
+	HoldMargin time.Duration
+}
+
+// Filter answers ext_authz Check requests. It is safe for concurrent use.
+type Filter struct {
+	authv3.UnimplementedAuthorizationServer
+
+	policy   atomic.Pointer[Policy]
+	opts     Options
+	log      *zap.Logger
+	m        *Metrics
+	held     atomic.Int64
+	routes   routeCache
+	degraded atomic.Bool
+}
+
+var _ authv3.AuthorizationServer = (*Filter)(nil)
+
+// New returns a Filter serving p.
+func New(p *Policy, opts Options) (*Filter, error) {
+	if opts.Limiter == nil {
+		return nil, errors.New("filter: a Limiter is required")
+	}
+	if p == nil || p.Config == nil || p.Estimator == nil {
+		return nil, errors.New("filter: a Policy with a Config and an Estimator is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Jitter == nil {
+		opts.Jitter = rand.Float64
+	}
+	if opts.HoldMargin <= 0 {
+		opts.HoldMargin = 25 * time.Millisecond
+	}
+	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics}
+	f.SetPolicy(p)
+	return f, nil
+}
+
+// SetPolicy makes p the policy of every later decision.
+func (f *Filter) SetPolicy(p *Policy) {
+	f.policy.Store(p)
+	f.routes.reset()
+}
+
+// Policy returns the policy in force.
+func (f *Filter) Policy() *Policy { return f.policy.Load() }
+
+// Degraded reports whether the last store call failed (the store is considered unreachable).
+func (f *Filter) Degraded() bool { return f.degraded.Load() }
+
+// request is the parsed view of a CheckRequest that a decision needs.
+type request struct {
+	in       tokens.Input
+	path     string // without the query string
+	tenant   string
+	priority string
+	floor    float64
+	route    *config.Route
+}
+
+// parse reads what a decision needs from a CheckRequest. It copies nothing large: the body is
+// used in place.
+func (f *Filter) parse(p *Policy, req *authv3.CheckRequest) (*request, error) {
+	attrs := req.GetAttributes()
+	h := attrs.GetRequest().GetHttp()
+	if h == nil {
+		return nil, status.Error(codes.InvalidArgument, "filter: check request without HTTP attributes")
+	}
+	hdr := h.GetHeaders()
+	r := &request{}
+	r.in.Path = h.GetPath()
+	if r.in.Path == "" {
+		r.in.Path = hdr[":path"]
+	}
+	r.path = r.in.Path
+	if i := strings.IndexByte(r.path, '?'); i >= 0 {
+		r.path = r.path[:i]
+	}
+	r.in.Body = h.GetRawBody()
+	if len(r.in.Body) == 0 && h.GetBody() != "" {
+		// Envoys without pack_as_bytes send the body as a string; read it in place.
+		s := h.GetBody()
+		r.in.Body = unsafe.Slice(unsafe.StringData(s), len(s))
+	}
+	r.in.ContentType = hdr["content-type"]
+	r.in.ContentEncoding = hdr["content-encoding"]
+	r.in.ContentLength = -1
+	if v, ok := hdr["content-length"]; ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			r.in.ContentLength = n
+		}
+	} else if h.GetSize() > 0 {
+		r.in.ContentLength = h.GetSize()
+	}
+	r.in.Partial = hdr["x-envoy-auth-partial-body"] == "true"
+
+	cfg := p.Config
+	if ext := attrs.GetContextExtensions(); len(ext) > 0 {
+		rt, err := f.routes.get(cfg, ext)
+		if err != nil {
+			return r, err
+		}
+		r.route = rt
+	}
+	switch cfg.File.Tenant.Source {
+	case "header":
+		r.tenant = hdr[cfg.File.Tenant.Header]
+	case "principal":
+		r.tenant = attrs.GetSource().GetPrincipal()
+	case "context_extension":
+		if r.route != nil {
+			r.tenant = r.route.Tenant
+		}
+	}
+	if r.tenant == "" {
+		r.tenant = cfg.File.Tenant.Default
+	}
+	r.priority = cfg.File.Priority.Default
+	r.floor = cfg.DefaultFloor
+	if hn := cfg.File.Priority.Header; hn != "" {
+		if v := hdr[hn]; v != "" {
+			if fl, ok := cfg.Classes[v]; ok {
+				r.priority, r.floor = v, fl
+			}
+		}
+	}
+	return r, nil
+}
+
+// Check decides one request.
+func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	start := f.opts.Now()
+	p := f.policy.Load()
+	r, err := f.parse(p, req)
+	if err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			f.m.error(reasonNotHTTP)
+			return nil, err
+		}
+		// A route whose context_extensions are invalid: the operator's mistake, answered 500 in
+		// the provider's format so that it is seen at once, never silently unlimited.
+		f.m.error(reasonBadRoute)
+		f.log.Warn("invalid route context_extensions", zap.String("reason", string(reasonBadRoute)), zap.Error(err))
+		est := tokens.Estimate{Provider: providerOfPath(r.path)}
+		return f.finish(start, &est, nil, badRouteResponse(&est, err)), nil
+	}
+
+	t0 := f.opts.Now()
+	est := p.Estimator.Estimate(&r.in)
+	f.m.priced(&est, f.opts.Now().Sub(t0))
+
+	pl := f.plan(p, r, &est)
+	if len(pl.enforced.Buckets) == 0 && len(pl.shadow.Buckets) == 0 {
+		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionUnlimited, 0))), nil
+	}
+
+	// Shadow buckets are counted apart so that they never block the enforced ones.
+	if len(pl.shadow.Buckets) > 0 {
+		if res, err := f.take(ctx, p, &pl.shadow); err == nil {
+			pl.shadowOutcome = res.Outcome
+		}
+	}
+	if len(pl.enforced.Buckets) == 0 {
+		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
+	}
+
+	held := false
+	if pl.enforced.MaxWait > 0 {
+		pl.enforced.MaxWait = f.holdable(ctx, pl.enforced.MaxWait, p.Config.File.MaxHeld)
+		held = pl.enforced.MaxWait > 0
+	}
+	res, err := f.take(ctx, p, &pl.enforced)
+	if held && (err != nil || res.Outcome != bucket.Delayed) {
+		f.held.Add(-1)
+		held = false
+	}
+	if err != nil {
+		return f.storeFailed(ctx, start, p, &est, pl, err)
+	}
+	pl.result = res
+
+	if pl.shadowAll {
+		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
+	}
+	switch res.Outcome {
+	case bucket.Allowed:
+		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionAllowed, 0))), nil
+	case bucket.Delayed:
+		defer f.held.Add(-1)
+		f.m.holding(1)
+		defer f.m.holding(-1)
+		if err := sleep(ctx, res.Wait); err != nil {
+			// Envoy gave up on the request: give the reservation back.
+			f.refund(p, &pl.enforced)
+			f.m.error(reasonHoldCanceled)
+			return nil, status.FromContextError(err).Err()
+		}
+		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionDelayed, res.Wait))), nil
+	case bucket.Impossible:
+		return f.finish(start, &est, pl, tooLargeResponse(&est, pl, &res)), nil
+	default:
+		wait := res.Wait
+		if j := p.Config.File.Response.RetryJitter; j > 0 {
+			wait += time.Duration(float64(wait) * j * f.opts.Jitter())
+		}
+		return f.finish(start, &est, pl, rateLimitedResponse(&est, pl, &res, wait)), nil
+	}
+}
+
+// take runs one Take on the shared store and records its latency and health.
+func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (bucket.Result, error) {
+	t0 := f.opts.Now()
+	res, err := f.opts.Limiter.Take(ctx, req)
+	f.m.store("take", f.opts.Now().Sub(t0), err)
+	f.degraded.Store(err != nil)
+	return res, err
+}
+
+// holdable returns how long a request may be held: at most want, within the ext_authz deadline
+// less the margin, and zero when max_held requests are already held (it then counts one more).
+func (f *Filter) holdable(ctx context.Context, want time.Duration, maxHeld int) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if left := dl.Sub(f.opts.Now()) - f.opts.HoldMargin; left < want {
+			want = left
+		}
+	}
+	if want <= 0 {
+		return 0
+	}
+	if f.held.Add(1) > int64(maxHeld) {
+		f.held.Add(-1)
+		return 0
+	}
+	return want
+}
+
+// storeFailed applies failure.mode when the shared store cannot decide.
+func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, est *tokens.Estimate, pl *plan, err error) (*authv3.CheckResponse, error) {
+	reason := storeReason(ctx, err)
+	f.m.error(reason)
+	f.log.Warn("store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
+	switch p.Config.File.Failure.Mode {
+	case "allow":
+		return f.finish(start, est, pl, okResponse(nil, pl.metadata(est, decisionFailOpen, 0))), nil
+	case "local":
+		if f.opts.Fallback == nil {
+			break
+		}
+		local := pl.enforced
+		local.MaxWait = 0
+		local.Buckets = scaleDown(local.Buckets, p.Config.File.Failure.Replicas)
+		res, lerr := f.opts.Fallback.Take(ctx, &local)
+		if lerr != nil {
+			break
+		}
+		pl.result = res
+		pl.local = true
+		switch res.Outcome {
+		case bucket.Allowed, bucket.Delayed:
+			return f.finish(start, est, pl, okResponse(pl.headers(&res, 0), pl.metadata(est, decisionLocal, 0))), nil
+		case bucket.Impossible:
+			return f.finish(start, est, pl, tooLargeResponse(est, pl, &res)), nil
+		default:
+			return f.finish(start, est, pl, rateLimitedResponse(est, pl, &res, res.Wait)), nil
+		}
+	}
+	return f.finish(start, est, pl, unavailableResponse(est, pl)), nil
+}
+
+// scaleDown divides each bucket's limit and burst by n (rounded up), for a replica's local share.
+func scaleDown(specs []bucket.Spec, n int) []bucket.Spec {
+	if n <= 1 {
+		return specs
+	}
+	out := make([]bucket.Spec, len(specs))
+	for i, s := range specs {
+		s.Limit = (s.Limit + int64(n) - 1) / int64(n)
+		if s.Burst > 0 {
+			s.Burst = (s.Burst + int64(n) - 1) / int64(n)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// refund gives a reservation back after the request was abandoned.
+func (f *Filter) refund(p *Policy, req *bucket.Request) {
+	adj := make([]bucket.Adjustment, len(req.Buckets))
+	for i, s := range req.Buckets {
+		adj[i] = bucket.Adjustment{Spec: s, Delta: s.Cost}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := f.opts.Limiter.Adjust(ctx, req.Tag, adj); err != nil {
+		f.m.error(reasonRefundFailed)
+		f.log.Warn("refund failed", zap.String("reason", string(reasonRefundFailed)), zap.Error(err))
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// finish records the decision and returns resp.
+func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, resp *authv3.CheckResponse) *authv3.CheckResponse {
+	d := f.opts.Now().Sub(start)
+	dec := decisionOf(resp)
+	f.m.decided(est, pl, dec, d)
+	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
+		fields := []zap.Field{
+			zap.String("decision", dec),
+			zap.String("provider", est.Provider.String()),
+			zap.String("api", est.API.String()),
+			zap.String("model", safeLabel(est.Model)),
+			zap.Int64("prompt_tokens", est.PromptTokens),
+			zap.Int64("output_tokens", est.OutputTokens),
+			zap.Bool("exact", est.Exact),
+			zap.Duration("took", d),
+		}
+		if est.Reason != "" {
+			fields = append(fields, zap.String("estimate_reason", string(est.Reason)))
+		}
+		if pl != nil {
+			fields = append(fields, zap.String("rules", pl.ruleNames()), zap.String("tenant", safeLabel(pl.tenant)))
+			if b := pl.blocking(); b != "" {
+				fields = append(fields, zap.String("limit", b))
+			}
+		}
+		ce.Write(fields...)
+	}
+	return resp
+}
+
+// providerOfPath guesses the provider from the path alone, for answers given before pricing.
+func providerOfPath(path string) tokens.Provider {
+	switch {
+	case strings.HasSuffix(path, "/v1/messages") || strings.HasPrefix(path, "/v1/messages"):
+		return tokens.Anthropic
+	case strings.HasPrefix(path, "/openai/deployments/"):
+		return tokens.AzureOpenAI
+	}
+	return tokens.OpenAI
+}

@@ -1,0 +1,185 @@
+package filter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+// Reason is a stable code for a failure class: a log field and a metric label.
+type Reason string
+
+const (
+	reasonNotHTTP      Reason = "not_http"      // a CheckRequest without HTTP attributes
+	reasonBadRoute     Reason = "bad_route"     // invalid context_extensions
+	reasonStoreTimeout Reason = "store_timeout" // the store did not answer in time
+	reasonStoreError   Reason = "store_error"   // the store answered with an error or is unreachable
+	reasonHoldCanceled Reason = "hold_canceled" // Envoy gave up on a held request
+	reasonRefundFailed Reason = "refund_failed" // a reservation could not be given back
+)
+
+func storeReason(ctx context.Context, err error) Reason {
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return reasonStoreTimeout
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && ne.Timeout() {
+		return reasonStoreTimeout
+	}
+	return reasonStoreError
+}
+
+// Metrics are the decision metrics. A nil *Metrics records nothing. Safe for concurrent use.
+type Metrics struct {
+	decisions     *prometheus.CounterVec
+	ruleDecisions *prometheus.CounterVec
+	tokens        *prometheus.CounterVec
+	approximate   *prometheus.CounterVec
+	pricing       prometheus.Histogram
+	check         prometheus.Histogram
+	storeLatency  *prometheus.HistogramVec
+	errors        *prometheus.CounterVec
+	held          prometheus.Gauge
+	models        labelCap
+}
+
+// NewMetrics registers the decision metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	buckets := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_decisions_total",
+			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route), provider and model.",
+		}, []string{"decision", "provider", "model"}),
+		ruleDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_rule_decisions_total",
+			Help: "Decisions per applied rule; limit is the rule's amount that denied (tokens or requests), empty otherwise.",
+		}, []string{"rule", "decision", "limit"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_tokens_reserved_total",
+			Help: "Tokens reserved by admitted requests (prompt plus reserved output), by provider and model.",
+		}, []string{"provider", "model"}),
+		approximate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_estimates_approximate_total",
+			Help: "Requests whose price is an estimate rather than an exact count, by reason.",
+		}, []string{"reason"}),
+		pricing: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llm_ratelimit_pricing_seconds", Help: "Time to price a request.", Buckets: buckets,
+		}),
+		check: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llm_ratelimit_check_seconds", Help: "Time to decide a request, holding included.", Buckets: buckets,
+		}),
+		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "llm_ratelimit_store_seconds", Help: "Store call latency by operation and result (ok, error).", Buckets: buckets,
+		}, []string{"op", "result"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_errors_total", Help: "Failures by reason code.",
+		}, []string{"reason"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llm_ratelimit_held_requests", Help: "Requests held now for a max_wait reservation.",
+		}),
+		models: labelCap{max: 100},
+	}
+	reg.MustRegister(m.decisions, m.ruleDecisions, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held)
+	return m
+}
+
+func (m *Metrics) priced(est *tokens.Estimate, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.pricing.Observe(d.Seconds())
+	if !est.Exact {
+		m.approximate.WithLabelValues(string(est.Reason)).Inc()
+	}
+}
+
+func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	provider, model := est.Provider.String(), m.models.get(est.Model)
+	m.decisions.WithLabelValues(decision, provider, model).Inc()
+	m.check.Observe(d.Seconds())
+	if pl == nil {
+		return
+	}
+	if decision == decisionAllowed || decision == decisionDelayed || decision == decisionLocal {
+		m.tokens.WithLabelValues(provider, model).Add(float64(est.Cost()))
+	}
+	blocking := -1
+	if decision == decisionDenied || decision == decisionTooLarge {
+		blocking = pl.result.Blocking
+	}
+	for _, r := range pl.rules {
+		limit := ""
+		if blocking >= 0 && blocking < len(pl.owners) && pl.owners[blocking].rule == r {
+			limit = kindName(pl.owners[blocking].kind)
+		}
+		m.ruleDecisions.WithLabelValues(r.Name, decision, limit).Inc()
+	}
+}
+
+func (m *Metrics) store(op string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.storeLatency.WithLabelValues(op, result).Observe(d.Seconds())
+}
+
+func (m *Metrics) error(r Reason) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(string(r)).Inc()
+}
+
+func (m *Metrics) holding(delta float64) {
+	if m == nil {
+		return
+	}
+	m.held.Add(delta)
+}
+
+// labelCap bounds the values of a client-controlled label: the first max distinct values (made
+// safe by safeLabel) are kept, later ones become "other".
+type labelCap struct {
+	max  int
+	mu   sync.RWMutex
+	seen map[string]string
+}
+
+func (c *labelCap) get(v string) string {
+	if v == "" {
+		return "none"
+	}
+	c.mu.RLock()
+	l, ok := c.seen[v]
+	c.mu.RUnlock()
+	if ok {
+		return l
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.seen[v]; ok {
+		return l
+	}
+	if c.seen == nil {
+		c.seen = map[string]string{}
+	}
+	if len(c.seen) >= c.max || len(v) > 64 {
+		return "other"
+	}
+	l = safeLabel(v)
+	c.seen[v] = l
+	return l
+}

@@ -1,0 +1,187 @@
+package filter
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+// Bucket kinds: what a bucket counts.
+const (
+	kindTokens   = 't'
+	kindRequests = 'r'
+)
+
+// owner says which rule and amount a bucket of a plan belongs to.
+type owner struct {
+	rule *config.Rule
+	kind byte
+}
+
+// plan is the set of buckets one request debits, with what is needed to explain the answer.
+type plan struct {
+	enforced bucket.Request
+	shadow   bucket.Request
+	owners   []owner // parallel to enforced.Buckets
+	rules    []*config.Rule
+	tenant   string
+	// shadowAll is true in global shadow mode: enforced buckets are counted, never enforced.
+	shadowAll     bool
+	shadowOutcome bucket.Outcome
+	local         bool
+	result        bucket.Result
+}
+
+// plan finds the rules that apply to r and the buckets they debit.
+func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
+	cfg := p.Config
+	pl := &plan{tenant: r.tenant, shadowAll: cfg.File.Shadow}
+	provider := est.Provider.String()
+	pl.enforced.Tag = provider
+	pl.shadow.Tag = provider
+	consider := func(rule *config.Rule) {
+		if !rule.Provider.Match(provider) || !rule.Model.Match(est.Model) || !rule.Path.Match(r.path) ||
+			!rule.Tenant.Match(r.tenant) || !rule.Priority.Match(r.priority) {
+			return
+		}
+		pl.rules = append(pl.rules, rule)
+		target := &pl.enforced
+		if rule.Shadow && !pl.shadowAll {
+			target = &pl.shadow
+		}
+		// The smallest max_wait of the matching rules applies: a rule without one never holds.
+		if len(target.Buckets) == 0 || rule.MaxWait < target.MaxWait {
+			target.MaxWait = rule.MaxWait
+		}
+		if rule.Tokens != nil {
+			target.Buckets = append(target.Buckets, rule.Tokens.Spec(bucketName(rule, kindTokens, provider, est.Model, r.tenant, r.priority), est.Cost(), r.floor))
+			if target == &pl.enforced {
+				pl.owners = append(pl.owners, owner{rule, kindTokens})
+			}
+		}
+		if rule.Requests != nil {
+			target.Buckets = append(target.Buckets, rule.Requests.Spec(bucketName(rule, kindRequests, provider, est.Model, r.tenant, r.priority), 1, r.floor))
+			if target == &pl.enforced {
+				pl.owners = append(pl.owners, owner{rule, kindRequests})
+			}
+		}
+	}
+	if r.route != nil && r.route.Rule != nil {
+		consider(r.route.Rule)
+	}
+	if r.route == nil || !r.route.SkipFileRules {
+		for _, rule := range cfg.Rules {
+			consider(rule)
+		}
+	}
+	if pl.shadowAll {
+		pl.enforced.MaxWait = 0
+	}
+	pl.shadow.MaxWait = 0
+	return pl
+}
+
+// bucketName is the bucket's identity: the rule, the amount and the scope values the rule is kept
+// per. Values are length-prefixed so that no tenant or model can forge another bucket's name; the
+// store escapes or hashes the whole name into its key.
+func bucketName(rule *config.Rule, kind byte, provider, model, tenant, priority string) string {
+	var b strings.Builder
+	b.Grow(len(rule.Name) + 8 + len(model) + len(tenant) + len(priority) + len(provider))
+	b.WriteString(rule.Name)
+	b.WriteByte(':')
+	b.WriteByte(kind)
+	part := func(tag byte, v string) {
+		b.WriteByte('|')
+		b.WriteByte(tag)
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	if rule.Per&config.PerProvider != 0 {
+		part('p', provider)
+	}
+	if rule.Per&config.PerModel != 0 {
+		part('m', model)
+	}
+	if rule.Per&config.PerTenant != 0 {
+		part('t', tenant)
+	}
+	if rule.Per&config.PerPriority != 0 {
+		part('c', priority)
+	}
+	return b.String()
+}
+
+// ruleNames lists the applied rules for logs and metadata.
+func (pl *plan) ruleNames() string {
+	switch len(pl.rules) {
+	case 0:
+		return ""
+	case 1:
+		return pl.rules[0].Name
+	}
+	names := make([]string, len(pl.rules))
+	for i, r := range pl.rules {
+		names[i] = r.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// blocking names the limit that decided a denial ("" when none), like "openai-per-model tokens".
+func (pl *plan) blocking() string {
+	i := pl.result.Blocking
+	if pl.result.Outcome == bucket.Allowed || pl.result.Outcome == bucket.Delayed || i < 0 || i >= len(pl.owners) {
+		return ""
+	}
+	o := pl.owners[i]
+	return o.rule.Name + " " + kindName(o.kind)
+}
+
+func kindName(k byte) string {
+	if k == kindRequests {
+		return "requests"
+	}
+	return "tokens"
+}
+
+// periodName describes a limit's period for messages: "per minute", "per 90s", "per day (UTC)".
+func periodName(l *config.Limit) string {
+	if l.Algorithm == bucket.Quota {
+		if l.Calendar == bucket.Month {
+			return "per month (UTC)"
+		}
+		return "per day (UTC)"
+	}
+	switch l.Period {
+	case time.Second:
+		return "per second"
+	case time.Minute:
+		return "per minute"
+	case time.Hour:
+		return "per hour"
+	case 24 * time.Hour:
+		return "per day"
+	}
+	return "per " + l.Period.String()
+}
+
+// headline returns, for one kind, the state of the bucket with the least remaining: what the
+// x-ratelimit headers report, as OpenAI reports its single limit.
+func (pl *plan) headline(res *bucket.Result, kind byte) (bucket.State, bool) {
+	var best bucket.State
+	found := false
+	for i, o := range pl.owners {
+		if o.kind != kind || i >= len(res.Buckets) {
+			continue
+		}
+		s := res.Buckets[i]
+		if !found || s.Remaining < best.Remaining {
+			best, found = s, true
+		}
+	}
+	return best, found
+}

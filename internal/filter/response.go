@@ -1,0 +1,272 @@
+package filter
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+// Decisions, as metric label values and in dynamic metadata.
+const (
+	decisionAllowed     = "allowed"     // every bucket paid
+	decisionDelayed     = "delayed"     // held for max_wait, then allowed
+	decisionDenied      = "denied"      // 429
+	decisionTooLarge    = "too_large"   // 413: can never fit
+	decisionShadow      = "shadow"      // allowed whatever the buckets said
+	decisionUnlimited   = "unlimited"   // no rule applies
+	decisionFailOpen    = "fail_open"   // store unreachable, failure.mode allow
+	decisionLocal       = "local"       // store unreachable, allowed by the local share
+	decisionUnavailable = "unavailable" // store unreachable, 503
+	decisionBadRoute    = "bad_route"   // invalid context_extensions, 500
+)
+
+// MetadataNamespace is where Envoy files the dynamic metadata of an ext_authz answer.
+const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+func header(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: k, Value: v},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// resetString formats a duration as OpenAI's x-ratelimit-reset-* headers do ("1s", "6m0s",
+// "20ms"): Go's duration format, to the millisecond, rounded up.
+func resetString(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// headers are the x-ratelimit headers of an answer: for tokens and for requests, the limit,
+// remaining and reset of the bucket of that kind with the least remaining.
+func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOption {
+	out := make([]*corev3.HeaderValueOption, 0, 6+extra)
+	if s, ok := pl.headline(res, kindTokens); ok {
+		out = append(out,
+			header("x-ratelimit-limit-tokens", strconv.FormatInt(s.Limit, 10)),
+			header("x-ratelimit-remaining-tokens", strconv.FormatInt(max(s.Remaining, 0), 10)),
+			header("x-ratelimit-reset-tokens", resetString(s.Reset)))
+	}
+	if s, ok := pl.headline(res, kindRequests); ok {
+		out = append(out,
+			header("x-ratelimit-limit-requests", strconv.FormatInt(s.Limit, 10)),
+			header("x-ratelimit-remaining-requests", strconv.FormatInt(max(s.Remaining, 0), 10)),
+			header("x-ratelimit-reset-requests", resetString(s.Reset)))
+	}
+	return out
+}
+
+func okResponse(hdrs []*corev3.HeaderValueOption, md *structpb.Struct) *authv3.CheckResponse {
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(codes.OK)},
+		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
+			ResponseHeadersToAdd: hdrs,
+		}},
+		DynamicMetadata: md,
+	}
+}
+
+func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev3.HeaderValueOption, body []byte, md *structpb.Struct) *authv3.CheckResponse {
+	hdrs = append(hdrs, header("content-type", "application/json"))
+	return &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(code)},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: httpStatus},
+			Headers: hdrs,
+			Body:    string(body),
+		}},
+		DynamicMetadata: md,
+	}
+}
+
+// errorBody renders an error in the provider's own format, which its SDKs parse:
+// OpenAI {"error": {"message", "type", "param", "code"}} and
+// Anthropic {"type": "error", "error": {"type", "message"}}.
+func errorBody(p tokens.Provider, openaiType, openaiCode, anthropicType, msg string) []byte {
+	var v any
+	if p == tokens.Anthropic {
+		v = struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}{Type: "error", Error: struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		}{anthropicType, msg}}
+	} else {
+		v = struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    string  `json:"code"`
+			} `json:"error"`
+		}{Error: struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		}{Message: msg, Type: openaiType, Code: openaiCode}}
+	}
+	b, _ := json.Marshal(v) // cannot fail: fixed types of strings
+	return b
+}
+
+// rateLimitedResponse is the 429 of a denial: Retry-After in whole seconds rounded up and in
+// milliseconds, the x-ratelimit headers, and a message naming the exhausted limit.
+func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wait time.Duration) *authv3.CheckResponse {
+	ms := (wait + time.Millisecond - 1) / time.Millisecond
+	secs := (wait + time.Second - 1) / time.Second
+	if secs < 1 {
+		secs = 1
+	}
+	hdrs := pl.headers(res, 4)
+	hdrs = append(hdrs,
+		header("retry-after", strconv.FormatInt(int64(secs), 10)),
+		header("retry-after-ms", strconv.FormatInt(int64(ms), 10)),
+		header("x-should-retry", "true"))
+	kind, msg := "tokens", "Rate limit reached. Please try again in "+resetString(wait)+"."
+	if i := res.Blocking; i >= 0 && i < len(pl.owners) && i < len(res.Buckets) {
+		o, s := pl.owners[i], res.Buckets[i]
+		kind = kindName(o.kind)
+		l := o.rule.Tokens
+		requested := pl.enforced.Buckets[i].Cost
+		if o.kind == kindRequests {
+			l = o.rule.Requests
+		}
+		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d, Requested %d. Please try again in %s.",
+			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), requested, resetString(wait))
+	}
+	body := errorBody(est.Provider, kind, "rate_limit_exceeded", "rate_limit_error", msg)
+	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdrs, body,
+		pl.metadata(est, decisionDenied, wait))
+}
+
+// tooLargeResponse answers a request that can never fit: 413, no Retry-After, and
+// x-should-retry: false so that the SDKs do not retry it.
+func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *authv3.CheckResponse {
+	msg := "Request too large for the configured limits."
+	if i := res.Blocking; i >= 0 && i < len(pl.owners) {
+		o := pl.owners[i]
+		l := o.rule.Tokens
+		if o.kind == kindRequests {
+			l = o.rule.Requests
+		}
+		msg = fmt.Sprintf("Request too large for %s (%s %s): Limit %d, Requested %d. The request can never fit: reduce the prompt or max_tokens.",
+			o.rule.Name, kindName(o.kind), periodName(l), l.Capacity(), pl.enforced.Buckets[i].Cost)
+	}
+	hdrs := pl.headers(res, 2)
+	hdrs = append(hdrs, header("x-should-retry", "false"))
+	body := errorBody(est.Provider, "invalid_request_error", "request_too_large", "request_too_large", msg)
+	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_PayloadTooLarge, hdrs, body,
+		pl.metadata(est, decisionTooLarge, 0))
+}
+
+// unavailableResponse answers while the store cannot decide and failure.mode denies: 503, which
+// the SDKs retry.
+func unavailableResponse(est *tokens.Estimate, pl *plan) *authv3.CheckResponse {
+	body := errorBody(est.Provider, "server_error", "rate_limiter_unavailable", "api_error",
+		"The rate limiter cannot reach its store. Please try again shortly.")
+	hdrs := []*corev3.HeaderValueOption{header("retry-after", "1"), header("x-should-retry", "true")}
+	return deniedResponse(codes.Unavailable, typev3.StatusCode_ServiceUnavailable, hdrs, body, pl.metadata(est, decisionUnavailable, 0))
+}
+
+// badRouteResponse answers a request whose route carries invalid context_extensions: 500.
+func badRouteResponse(est *tokens.Estimate, err error) *authv3.CheckResponse {
+	body := errorBody(est.Provider, "server_error", "rate_limiter_misconfigured", "api_error",
+		"The rate limiter's route configuration is invalid: "+err.Error())
+	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	return deniedResponse(codes.Internal, typev3.StatusCode_InternalServerError, hdrs, body, (*plan)(nil).metadata(est, decisionBadRoute, 0))
+}
+
+// metadata describes the decision and the reservation for access logs and the response path.
+func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Duration) *structpb.Struct {
+	f := map[string]*structpb.Value{
+		"decision":      structpb.NewStringValue(decision),
+		"provider":      structpb.NewStringValue(est.Provider.String()),
+		"api":           structpb.NewStringValue(est.API.String()),
+		"model":         structpb.NewStringValue(safeLabel(est.Model)),
+		"prompt_tokens": structpb.NewNumberValue(float64(est.PromptTokens)),
+		"output_tokens": structpb.NewNumberValue(float64(est.OutputTokens)),
+		"cost":          structpb.NewNumberValue(float64(est.Cost())),
+		"exact":         structpb.NewBoolValue(est.Exact),
+	}
+	if est.Reason != "" {
+		f["estimate_reason"] = structpb.NewStringValue(string(est.Reason))
+	}
+	if pl != nil {
+		f["rules"] = structpb.NewStringValue(pl.ruleNames())
+		f["tag"] = structpb.NewStringValue(pl.enforced.Tag)
+		if len(pl.enforced.Buckets) > 0 && (decision == decisionAllowed || decision == decisionDelayed) {
+			names := make([]*structpb.Value, len(pl.enforced.Buckets))
+			for i, b := range pl.enforced.Buckets {
+				names[i] = structpb.NewStringValue(b.Name)
+			}
+			f["buckets"] = structpb.NewListValue(&structpb.ListValue{Values: names})
+		}
+		if b := pl.blocking(); b != "" {
+			f["limit"] = structpb.NewStringValue(b)
+		}
+		if len(pl.shadow.Buckets) > 0 || pl.shadowAll {
+			o := pl.shadowOutcome
+			if pl.shadowAll {
+				o = pl.result.Outcome
+			}
+			f["shadow_outcome"] = structpb.NewStringValue(o.String())
+		}
+	}
+	if wait > 0 {
+		f["wait_ms"] = structpb.NewNumberValue(float64(wait.Milliseconds()))
+	}
+	return &structpb.Struct{Fields: f}
+}
+
+// safeLabel bounds a client-supplied value (model, tenant) for logs, metadata and labels: at most
+// 64 bytes of printable ASCII, anything else replaced by '_'.
+func safeLabel(s string) string {
+	const n = 64
+	clean := len(s) <= n
+	for i := 0; clean && i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			clean = false
+		}
+	}
+	if clean {
+		return s
+	}
+	b := make([]byte, 0, n+3)
+	for i := 0; i < len(s) && len(b) < n; i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			c = '_'
+		}
+		b = append(b, c)
+	}
+	if len(s) > n {
+		b = append(b, "..."...)
+	}
+	return string(b)
+}
+
+// decisionOf reads the decision back from an answer's metadata.
+func decisionOf(resp *authv3.CheckResponse) string {
+	if v, ok := resp.GetDynamicMetadata().GetFields()["decision"]; ok {
+		return v.GetStringValue()
+	}
+	return ""
+}
