@@ -220,3 +220,8 @@ func flatten(errs []error) []string {
 	}
 	return out
 }
+
+// DefaultMaxRecvBytes is the service's default gRPC receive limit: the largest CheckRequest it
+// accepts. Envoy's with_request_body.max_request_bytes (plus the request headers) must stay below
+// it; 8 MiB leaves room above any body cap up to Envoy's 1 MiB default buffer and well beyond.
+const DefaultMaxRecvBytes = 8 << 20

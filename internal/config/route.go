@@ -75,6 +75,11 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 	}
 
 	spec := RuleSpec{Name: ext["rule"]}
+	algorithm := ext["algorithm"]
+	if algorithm == "quota" {
+		bad("algorithm", "quota is not available on routes: use the file")
+		algorithm = ""
+	}
 	amount := func(kind string) *Amount {
 		var a *Amount
 		for _, p := range periodSuffixes {
@@ -92,7 +97,7 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 				bad(key, "only one %s_per_* key may be set", kind)
 				continue
 			}
-			a = &Amount{Limit: n, Period: p, Algorithm: ext["algorithm"]}
+			a = &Amount{Limit: n, Period: p, Algorithm: algorithm}
 		}
 		if v, ok := ext[kind+"_burst"]; ok {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -109,9 +114,6 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 	}
 	spec.Tokens = amount("tokens")
 	spec.Requests = amount("requests")
-	if a := ext["algorithm"]; a == "quota" {
-		bad("algorithm", "quota is not available on routes: use the file")
-	}
 	if v, ok := ext["per"]; ok && strings.TrimSpace(v) != "" {
 		for _, s := range strings.Split(v, ",") {
 			spec.Per = append(spec.Per, strings.TrimSpace(s))

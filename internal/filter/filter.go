@@ -416,3 +416,42 @@ func providerOfPath(path string) tokens.Provider {
 	}
 	return tokens.OpenAI
 }
+
+// Explanation is what a request would hit, without debiting anything: for the estimate command.
+type Explanation struct {
+	Estimate tokens.Estimate
+	Tenant   string
+	Priority string
+	// Rules are the names of the rules that apply, in order.
+	Rules []string
+	// Buckets are the buckets the request would debit (shadow ones included), with their costs.
+	Buckets []bucket.Spec
+	// Shadow marks the buckets that are only counted.
+	Shadow []bool
+	// Tag is the Redis Cluster hash tag of the decision.
+	Tag string
+}
+
+// Explain prices req and lists the rules and buckets it would hit, without touching the store.
+func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
+	p := f.policy.Load()
+	r, err := f.parse(p, req)
+	if err != nil {
+		return nil, err
+	}
+	est := p.Estimator.Estimate(&r.in)
+	pl := f.plan(p, r, &est)
+	x := &Explanation{Estimate: est, Tenant: r.tenant, Priority: r.priority, Tag: pl.enforced.Tag}
+	for _, rule := range pl.rules {
+		x.Rules = append(x.Rules, rule.Name)
+	}
+	for _, b := range pl.enforced.Buckets {
+		x.Buckets = append(x.Buckets, b)
+		x.Shadow = append(x.Shadow, pl.shadowAll)
+	}
+	for _, b := range pl.shadow.Buckets {
+		x.Buckets = append(x.Buckets, b)
+		x.Shadow = append(x.Shadow, true)
+	}
+	return x, nil
+}

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+var _ filter.Estimator = (*tokens.Pricer)(nil)
+
+// newPolicy builds the estimator of a configuration: a reload replaces both together.
+func newPolicy(c *config.Config) (*filter.Policy, error) {
+	p := c.File.Pricing
+	opts := tokens.Options{
+		DefaultOutputTokens: p.DefaultOutputTokens,
+		FallbackEncoding:    p.FallbackEncoding,
+		AzureDeployments:    p.AzureDeployments,
+	}
+	for _, m := range p.OutputTokens {
+		opts.OutputTokens = append(opts.OutputTokens, tokens.ModelTokens{Model: m.Model, Tokens: m.Tokens})
+	}
+	est, err := tokens.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &filter.Policy{Config: c, Estimator: est}, nil
+}

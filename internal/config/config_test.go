@@ -1,0 +1,266 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+)
+
+func TestExampleIsValid(t *testing.T) {
+	t.Parallel()
+	c, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Rules) == 0 {
+		t.Fatal("the example has no rules")
+	}
+	if got := c.Rules[0].Tokens; got.Limit != 30000 || got.Period != time.Minute || got.Algorithm != bucket.TokenBucket {
+		t.Errorf("first rule tokens = %+v", got)
+	}
+}
+
+// Every problem of a file is reported at once, each with its key path or line.
+func TestInvalidFileReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := Load("testdata/invalid.yaml")
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("Load = %v, want *Error", err)
+	}
+	want := []string{
+		"line 10: field unknown_key not found in type config.File",
+		`tenant.source: "cookie" is not one of none, header, principal, context_extension`,
+		`priority.classes.batch.floor: 1.5 is not in [0, 1)`,
+		`priority.default: "vip" is not a class under priority.classes`,
+		`failure.mode: "panic" is not one of deny, allow, local`,
+		`failure.replicas: 0 must be at least 1`,
+		`rules[0].name: "bad name!" must be 1 to 64 of [A-Za-z0-9._-]`,
+		`rules[0].match.provider: "bedrock" is not one of openai, azure, anthropic`,
+		`rules[0].per[0]: "region" is not one of provider, model, tenant, priority`,
+		`rules[0].tokens.limit: 0 is not in [1, 1000000000000]`,
+		`rules[0].tokens.period: "fortnight" is not second, minute, hour, day, or a duration from 1s to 744h`,
+		`rules[1].tokens.period: month is a calendar period: use algorithm: quota`,
+		`rules[2].requests.burst: applies to token_bucket only`,
+		`rules[2].max_wait: 2h0m0s is above 1m (a held request must finish within Envoy's ext_authz timeout)`,
+		`rules[3].tokens.period: "minute": a quota resets per calendar day or month`,
+		`rules[4].tokens: a rule needs tokens, requests or both`,
+	}
+	if diff := cmp.Diff(want, ce.Problems); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(err.Error(), "testdata/invalid.yaml: 16 problem(s)") {
+		t.Errorf("message does not name the file and count: %v", err)
+	}
+}
+
+func TestDuplicateRuleNames(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte("rules:\n- {name: a, tokens: {limit: 1, period: second}}\n- {name: a, tokens: {limit: 1, period: second}}\n"), "dup")
+	if err == nil || !strings.Contains(err.Error(), `rules[1].name: "a" is already the name of rules[0]`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestBadDuration(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte("rules:\n- name: a\n  tokens: {limit: 1, period: second}\n  max_wait: soon\n"), "d")
+	if err == nil || !strings.Contains(err.Error(), `line 4: "soon" is not a non-negative duration`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEmptyFileIsValidAndUnlimited(t *testing.T) {
+	t.Parallel()
+	c, err := Parse(nil, "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Rules) != 0 || c.File.Failure.Mode != "deny" || c.File.MaxHeld != 1024 {
+		t.Errorf("defaults not applied: %+v", c.File)
+	}
+}
+
+func TestAmounts(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+rules:
+  - name: q
+    tokens: {limit: 1000000, period: month, algorithm: quota}
+    requests: {limit: 10, period: 90s, algorithm: sliding_window}
+  - name: b
+    tokens: {limit: 100, period: hour, burst: 500}
+`), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, b := c.Rules[0], c.Rules[1]
+	if q.Tokens.Algorithm != bucket.Quota || q.Tokens.Calendar != bucket.Month {
+		t.Errorf("quota: %+v", q.Tokens)
+	}
+	if q.Requests.Period != 90*time.Second || q.Requests.Algorithm != bucket.SlidingWindow {
+		t.Errorf("sliding window: %+v", q.Requests)
+	}
+	if b.Tokens.Capacity() != 500 || b.Requests != nil {
+		t.Errorf("burst: %+v", b.Tokens)
+	}
+	s := b.Tokens.Spec("n", 7, 0.2)
+	if s.Burst != 500 || s.Limit != 100 || s.Period != time.Hour || s.Cost != 7 || s.Floor != 0.2 {
+		t.Errorf("spec: %+v", s)
+	}
+}
+
+func TestGlob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"", "anything", true},
+		{"*", "", true},
+		{"gpt-4o", "gpt-4o", true},
+		{"gpt-4o", "gpt-4o-mini", false},
+		{"gpt-4o*", "gpt-4o-mini", true},
+		{"gpt-4o*", "gpt-4", false},
+		{"*mini", "gpt-4o-mini", true},
+		{"gpt-?o", "gpt-4o", true},
+		{"a*b*c", "aXXbYYc", true},
+		{"a*b*c", "aXXbYY", false},
+		{"/v1/*/completions", "/v1/chat/completions", true},
+		{"*a*a*a*a*a*b", strings.Repeat("a", 5000), false},
+	} {
+		if got := NewGlob(tc.pattern).Match(tc.s); got != tc.want {
+			t.Errorf("Glob(%q).Match(%q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestParseRoute(t *testing.T) {
+	t.Parallel()
+	c, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := c.ParseRoute(map[string]string{
+		"rule": "internal", "tokens_per_minute": "2000", "requests_per_second": "5", "tokens_burst": "4000",
+		"per": "tenant, model", "max_wait": "1500ms", "file_rules": "skip", "tenant": "team-a",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rt.Rule
+	if r.Name != "route:internal" || r.Tokens.Limit != 2000 || r.Tokens.Period != time.Minute || r.Tokens.Burst != 4000 ||
+		r.Requests.Limit != 5 || r.Requests.Period != time.Second || r.Per != PerTenant|PerModel || r.MaxWait != 1500*time.Millisecond {
+		t.Errorf("rule = %+v tokens %+v requests %+v", r, r.Tokens, r.Requests)
+	}
+	if !rt.SkipFileRules || rt.Tenant != "team-a" {
+		t.Errorf("route = %+v", rt)
+	}
+
+	rt, err = c.ParseRoute(map[string]string{"tenant": "t"})
+	if err != nil || rt.Rule != nil || rt.Tenant != "t" {
+		t.Errorf("tenant only: %+v, %v", rt, err)
+	}
+}
+
+func TestParseRouteReportsEveryBadKey(t *testing.T) {
+	t.Parallel()
+	c, _ := Default()
+	_, err := c.ParseRoute(map[string]string{
+		"rule": "r", "tokens_per_minute": "lots", "tokens_per_hour": "5", "requests_per_minute": "10",
+		"requests_per_day": "20", "shadow": "maybe", "file_rules": "never", "color": "blue\n", "algorithm": "quota",
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`context_extensions["color"]: unknown key`,
+		`context_extensions[tokens_per_minute]: "lots" is not a whole number`,
+		`context_extensions[requests_per_day]: only one requests_per_* key may be set`,
+		`context_extensions[shadow]: "maybe" is not true or false`,
+		`context_extensions[file_rules]: "never" is not apply or skip`,
+		`context_extensions[algorithm]: quota is not available on routes`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	_, err = c.ParseRoute(map[string]string{"file_rules": "skip"})
+	if err == nil || !strings.Contains(err.Error(), "skip needs a limit of the route's own") {
+		t.Errorf("skip without a limit: %v", err)
+	}
+	_, err = c.ParseRoute(map[string]string{"rule": "x"})
+	if err == nil || !strings.Contains(err.Error(), "need a tokens_per_* or requests_per_* key") {
+		t.Errorf("rule without amounts: %v", err)
+	}
+}
+
+// A valid change takes effect; an invalid one is rejected and the old configuration stays.
+func TestWatchReloads(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits.yaml")
+	write := func(s string) {
+		// Replace the file atomically, as editors and ConfigMap updates do.
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules: [{name: a, tokens: {limit: 1, period: second}}]\n")
+	loads, errs := make(chan *Config, 4), make(chan error, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- Watch(ctx, path, WatchOptions{
+			OnLoad: func(c *Config) { loads <- c }, OnError: func(err error) { errs <- err },
+			Settle: 20 * time.Millisecond, Poll: -1,
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	// The watcher may not be registered yet: keep writing new valid content until it is seen.
+	deadline := time.After(10 * time.Second)
+	for i := 2; ; i++ {
+		write("rules: [{name: b, tokens: {limit: " + string(rune('0'+i%10)) + ", period: second}}]\n")
+		select {
+		case c := <-loads:
+			if c.Rules[0].Name != "b" {
+				t.Fatalf("loaded %q", c.Rules[0].Name)
+			}
+			goto loaded
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(200 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no reload seen")
+		}
+	}
+loaded:
+	write("rules: [{name: c, tokens: {limit: 0, period: second}}]\n")
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "rules[0].tokens.limit") {
+			t.Errorf("reload error = %v", err)
+		}
+	case c := <-loads:
+		t.Fatalf("invalid file loaded: %+v", c.Rules)
+	case <-time.After(10 * time.Second):
+		t.Fatal("invalid file not reported")
+	}
+}
