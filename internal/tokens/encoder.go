@@ -1,0 +1,121 @@
+package tokens
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/pkoukk/tiktoken-go-loader/assets"
+)
+
+// Encoding names.
+const (
+	CL100K = "cl100k_base"
+	O200K  = "o200k_base"
+)
+
+// Encoder counts tokens exactly as OpenAI's tiktoken encodes ordinary text (encode_ordinary:
+// special-token strings such as "<|endoftext|>" are plain text). It never builds the token
+// list. An Encoder is immutable and safe for concurrent use.
+type Encoder struct {
+	name    string
+	vocab   *vocab
+	classes *classTable
+	split   splitFunc
+	pool    sync.Pool // *scratch for long pieces
+}
+
+// encoders holds the lazily loaded encoders; each is built at most once per process.
+var encoders = map[string]func() (*Encoder, error){
+	CL100K: sync.OnceValues(func() (*Encoder, error) { return load(CL100K, splitCL100K) }),
+	O200K:  sync.OnceValues(func() (*Encoder, error) { return load(O200K, splitO200K) }),
+}
+
+// Encoding returns the encoder named name ("cl100k_base" or "o200k_base"). The vocabulary is
+// embedded in the binary (github.com/pkoukk/tiktoken-go-loader) and parsed on the first call
+// for each name (tens of milliseconds); nothing is downloaded. Safe for concurrent use.
+func Encoding(name string) (*Encoder, error) {
+	get, ok := encoders[name]
+	if !ok {
+		return nil, fmt.Errorf("tokens: unknown encoding %q (want %s or %s)", name, CL100K, O200K)
+	}
+	return get()
+}
+
+func load(name string, split splitFunc) (*Encoder, error) {
+	data, err := assets.Assets.ReadFile(name + ".tiktoken")
+	if err != nil {
+		return nil, fmt.Errorf("tokens: read embedded vocabulary %s: %w", name, err)
+	}
+	v, err := parseVocab(data)
+	if err != nil {
+		return nil, fmt.Errorf("tokens: %s: %w", name, err)
+	}
+	e := &Encoder{name: name, vocab: v, classes: classes(), split: split}
+	e.pool.New = func() any { return new(scratch) }
+	return e, nil
+}
+
+// Name returns the encoding's name.
+func (e *Encoder) Name() string { return e.name }
+
+// Count returns the number of tokens text encodes to. It runs in time linear in len(text)
+// (O(n log n) for a single piece longer than 48 bytes) and allocates nothing for ordinary text;
+// scratch for long pieces (about 20 bytes per byte of the longest piece) is pooled. Invalid
+// UTF-8 bytes are kept as bytes and split like symbols (tiktoken itself only accepts valid
+// UTF-8). Safe for concurrent use.
+func (e *Encoder) Count(text []byte) int {
+	ct, v, split := e.classes, e.vocab, e.split
+	var sc *scratch
+	total := 0
+	for i := 0; i < len(text); {
+		end := split(ct, text, i)
+		piece := text[i:end]
+		if len(piece) > smallPiece && sc == nil {
+			sc = e.pool.Get().(*scratch)
+		}
+		total += v.countPiece(piece, sc)
+		i = end
+	}
+	if sc != nil {
+		e.pool.Put(sc)
+	}
+	return total
+}
+
+// CountString is Count for a string.
+func (e *Encoder) CountString(s string) int {
+	// The conversion does not copy: Count does not retain or modify text.
+	return e.Count(unsafeBytes(s))
+}
+
+// EncodingForModel returns the encoding OpenAI uses for model, or "" when the model is not a
+// known OpenAI model. Rules (tiktoken's model.py, MODEL_PREFIX_TO_ENCODING, plus Azure's
+// "gpt-35" spelling): o200k_base for gpt-4o, chatgpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3, o4,
+// gpt-oss, codex, omni-moderation; cl100k_base for gpt-4, gpt-3.5/gpt-35, text-embedding-3*,
+// text-embedding-ada-002, davinci-002 and babbage-002. A fine-tune ("ft:gpt-4o-mini:org::id")
+// or a provider-prefixed name ("openai/gpt-4o") uses its base model's encoding.
+func EncodingForModel(model string) string {
+	m := strings.ToLower(strings.TrimSpace(model))
+	m = strings.TrimPrefix(m, "ft:")
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	for _, p := range modelPrefixes {
+		if strings.HasPrefix(m, p.prefix) {
+			return p.encoding
+		}
+	}
+	return ""
+}
+
+var modelPrefixes = []struct{ prefix, encoding string }{
+	// Order matters: the gpt-4 family's newer members first.
+	{"gpt-4o", O200K}, {"chatgpt-4o", O200K}, {"gpt-4.1", O200K}, {"gpt-4.5", O200K},
+	{"gpt-5", O200K}, {"gpt-oss", O200K}, {"o1", O200K}, {"o3", O200K}, {"o4", O200K},
+	{"codex", O200K}, {"omni-moderation", O200K}, {"gpt-realtime", O200K},
+	{"gpt-audio", O200K}, {"computer-use", O200K},
+	{"gpt-4", CL100K}, {"gpt-3.5", CL100K}, {"gpt-35", CL100K},
+	{"text-embedding-3", CL100K}, {"text-embedding-ada-002", CL100K},
+	{"davinci-002", CL100K}, {"babbage-002", CL100K},
+}

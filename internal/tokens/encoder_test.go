@@ -1,0 +1,204 @@
+package tokens
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"sync"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	tiktoken "github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+func mustEncoding(tb testing.TB, name string) *Encoder {
+	tb.Helper()
+	e, err := Encoding(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// oracle returns pkoukk/tiktoken-go's encoder, given the offline loader (it would download
+// vocabularies otherwise). It is quadratic on long pieces: only short inputs go to it.
+var oracleLoader sync.Once
+
+func oracle(tb testing.TB, name string) *tiktoken.Tiktoken {
+	tb.Helper()
+	oracleLoader.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
+	o, err := tiktoken.GetEncoding(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return o
+}
+
+type corpusRow struct {
+	Kind   string `json:"kind"`
+	Text   string `json:"text"`
+	CL100K int    `json:"cl100k_base"`
+	O200K  int    `json:"o200k_base"`
+}
+
+func readCorpus(tb testing.TB) []corpusRow {
+	tb.Helper()
+	f, err := os.Open("testdata/corpus.jsonl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	var rows []corpusRow
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r corpusRow
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			tb.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return rows
+}
+
+// TestCorpus: the counter equals Python tiktoken 0.14.0 on every corpus text, both encodings
+// (testdata/gen_corpus.py).
+func TestCorpus(t *testing.T) {
+	t.Parallel()
+	rows := readCorpus(t)
+	if len(rows) < 1000 {
+		t.Fatalf("corpus has %d texts, want >= 1000", len(rows))
+	}
+	cl, o2 := mustEncoding(t, CL100K), mustEncoding(t, O200K)
+	kinds := map[string]int{}
+	for i, r := range rows {
+		kinds[r.Kind]++
+		if got := cl.CountString(r.Text); got != r.CL100K {
+			t.Errorf("row %d (%s) %q: cl100k_base = %d, tiktoken says %d", i+1, r.Kind, clip(r.Text), got, r.CL100K)
+		}
+		if got := o2.CountString(r.Text); got != r.O200K {
+			t.Errorf("row %d (%s) %q: o200k_base = %d, tiktoken says %d", i+1, r.Kind, clip(r.Text), got, r.O200K)
+		}
+	}
+	t.Logf("%d texts by kind: %v", len(rows), kinds)
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// stdClass is the class of r by Go's unicode package (Unicode 15.0.0 in Go 1.26).
+func stdClass(r rune) uint8 {
+	var c uint8
+	if unicode.IsLetter(r) {
+		c |= clsLetter
+	}
+	if unicode.IsNumber(r) {
+		c |= clsNumber
+	}
+	if unicode.In(r, unicode.Lu, unicode.Lt, unicode.Lm, unicode.Lo, unicode.M) {
+		c |= clsUpper
+	}
+	if unicode.In(r, unicode.Ll, unicode.Lm, unicode.Lo, unicode.M) {
+		c |= clsLower
+	}
+	if unicode.Is(unicode.White_Space, r) {
+		c |= clsSpace
+	}
+	if r == '\r' || r == '\n' {
+		c |= clsNewline
+	}
+	return c
+}
+
+// TestUnicodeTables documents where the split classes (Unicode 16.0, generated from tiktoken)
+// differ from Go's unicode package: only code points Go has no class for, which gain one.
+func TestUnicodeTables(t *testing.T) {
+	t.Parallel()
+	ct := classes()
+	diff := 0
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		ours, theirs := ct.of(r), stdClass(r)
+		if ours == theirs {
+			continue
+		}
+		diff++
+		if theirs != 0 {
+			t.Errorf("U+%04X: tiktoken class %#x, Go class %#x", r, ours, theirs)
+		}
+	}
+	t.Logf("%d code points are classed by tiktoken's Unicode but not by Go's unicode %s", diff, unicode.Version)
+	if diff == 0 || diff > 10000 {
+		t.Errorf("%d code points differ; expected the Unicode 15.0 -> 16.0 additions (~5000)", diff)
+	}
+	for b := 0; b < utf8.RuneSelf; b++ {
+		if asciiClass[b] != ct.of(rune(b)) {
+			t.Errorf("ASCII %#x: fast path %#x, table %#x", b, asciiClass[b], ct.of(rune(b)))
+		}
+	}
+}
+
+// oracleComparable reports whether tiktoken-go can be compared on s: valid UTF-8 that its
+// regexp engine classes like tiktoken (it uses Go's Unicode 15 tables, so code points new in
+// Unicode 16 differ; see TestUnicodeTables).
+func oracleComparable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	ct := classes()
+	for _, r := range s {
+		if r == utf8.RuneError || ct.of(r) != stdClass(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestOracleShort compares with pkoukk/tiktoken-go on the corpus's short texts. The oracle uses
+// the pre-0.14 cl100k pattern (\s*[\r\n]+ without \s++$), which splits trailing whitespace
+// differently, so texts are given a non-space ending.
+func TestOracleShort(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{CL100K, O200K} {
+		e, o := mustEncoding(t, name), oracle(t, name)
+		for _, r := range readCorpus(t) {
+			if len(r.Text) > 200 || !oracleComparable(r.Text) {
+				continue
+			}
+			s := r.Text + "."
+			if got, want := e.CountString(s), len(o.EncodeOrdinary(s)); got != want {
+				t.Errorf("%s %q: %d, tiktoken-go %d", name, clip(s), got, want)
+			}
+		}
+	}
+}
+
+// FuzzCount is the differential fuzz test against pkoukk/tiktoken-go on short valid UTF-8.
+// Long fuzzing: go test -run '^$' -fuzz FuzzCount -fuzztime 10m ./internal/tokens/
+func FuzzCount(f *testing.F) {
+	for _, s := range []string{"hello world", "I'm", "  \n x", "中文", "e\u0301", "'ſ", "<|endoftext|>", "ǅA", "1234567"} {
+		f.Add(s)
+	}
+	cl, o2 := mustEncoding(f, CL100K), mustEncoding(f, O200K)
+	ocl, oo2 := oracle(f, CL100K), oracle(f, O200K)
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 256 || !oracleComparable(s) {
+			return
+		}
+		s += "." // see TestOracleShort
+		if got, want := cl.CountString(s), len(ocl.EncodeOrdinary(s)); got != want {
+			t.Errorf("cl100k_base %q: %d, tiktoken-go %d", s, got, want)
+		}
+		if got, want := o2.CountString(s), len(oo2.EncodeOrdinary(s)); got != want {
+			t.Errorf("o200k_base %q: %d, tiktoken-go %d", s, got, want)
+		}
+	})
+}

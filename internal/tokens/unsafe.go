@@ -1,0 +1,6 @@
+package tokens
+
+import "unsafe"
+
+// unsafeBytes views s as a byte slice without copying. The caller must not modify it.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
