@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// The test binary doubles as the service: with EXT_AUTHZ_MAIN=1 it runs main's run() on its
+// arguments, so that tests start real processes of the same code without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("EXT_AUTHZ_MAIN") == "1" {
+		args := strings.Split(os.Getenv("EXT_AUTHZ_ARGS"), "\x00")
+		main2(args)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// main2 is main with explicit arguments.
+func main2(args []string) {
+	os.Args = append([]string{"ext-authz"}, args...)
+	main()
+}
+
+// proc is an ext-authz process started by a test.
+type proc struct {
+	cmd      *exec.Cmd
+	grpcAddr string
+	logs     *logBuffer
+	done     chan struct{}
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startProc starts ext-authz serve with args (plus loopback listeners on free ports) and waits
+// until its gRPC health reports SERVING.
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	args = append([]string{"serve", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, args...)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "EXT_AUTHZ_MAIN=1", "EXT_AUTHZ_ARGS="+strings.Join(args, "\x00"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, logs: &logBuffer{}, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(io.TeeReader(stderr, p.logs))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg  string `json:"msg"`
+				GRPC string `json:"grpc"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+				addr <- line.GRPC
+			}
+		}
+		cmd.Wait() //nolint:errcheck // exit status checked through done
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill() //nolint:errcheck // may have exited
+		<-p.done
+		if t.Failed() {
+			t.Logf("ext-authz %v logs:\n%s", args, p.logs.String())
+		}
+	})
+	select {
+	case p.grpcAddr = <-addr:
+	case <-p.done:
+		t.Fatalf("ext-authz exited at start-up:\n%s", p.logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("ext-authz did not start:\n%s", p.logs.String())
+	}
+	conn := p.dial(t)
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: authv3.Authorization_ServiceDesc.ServiceName})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ext-authz not SERVING (%v %v):\n%s", resp.GetStatus(), err, p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *proc) dial(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func chatRequest(model string, maxTokens int, headers map[string]string) *authv3.CheckRequest {
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Hello there"}],"max_tokens":%d}`, model, maxTokens)
+	h := map[string]string{":path": "/v1/chat/completions", ":method": "POST", ":authority": "api.openai.com",
+		"content-type": "application/json", "content-length": fmt.Sprint(len(body))}
+	for k, v := range headers {
+		h[k] = v
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/chat/completions", Headers: h, RawBody: []byte(body)},
+	}}}
+}
+
+func TestCheckConfigCommand(t *testing.T) {
+	t.Parallel()
+	var out, errb strings.Builder
+	good := writeFile(t, "good.yaml", "rules: [{name: a, tokens: {limit: 10, period: minute}}]\n")
+	if err := run(context.Background(), []string{"check-config", good}, nil, &out, &errb); err != nil {
+		t.Fatalf("valid file: %v %s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "ok (1 rules)") {
+		t.Errorf("stdout = %q", out.String())
+	}
+	out.Reset()
+	bad := writeFile(t, "bad.yaml", "rules: [{name: a, tokens: {limit: -1, period: week}}]\nextra: 1\n")
+	err := run(context.Background(), []string{"check-config", bad}, nil, &out, &errb)
+	if ec, ok := err.(exitCode); !ok || ec != 1 {
+		t.Fatalf("invalid file: err = %v", err)
+	}
+	for _, want := range []string{"3 problem(s)", "field extra not found", "rules[0].tokens.limit", "rules[0].tokens.period"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+}
+
+func TestEstimateCommand(t *testing.T) {
+	t.Parallel()
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":100}`
+	var out, errb strings.Builder
+	if err := run(context.Background(), []string{"estimate", "-H", "x-tenant-id: team-a"}, strings.NewReader(body), &out, &errb); err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	for _, want := range []string{"provider       openai", "model          \"gpt-4o\"", "output tokens  100",
+		"count          exact", "tenant         \"team-a\"", "rules          openai-per-model, tenant-fair-share", "openai-per-model:t|m6:gpt-4o"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	t.Parallel()
+	var out, errb strings.Builder
+	if err := run(context.Background(), []string{"frobnicate"}, nil, &out, &errb); err == nil || !strings.Contains(errb.String(), "usage:") {
+		t.Fatalf("err = %v, stderr %q", err, errb.String())
+	}
+}
