@@ -1,0 +1,435 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// maxBody bounds a request body, far above any real provider's limit.
+const maxBody = 64 << 20
+
+// Server is the mock provider's HTTP handler. It is safe for concurrent use.
+type Server struct {
+	Pricer   *Pricer
+	Enforcer *Enforcer
+	Recorder *Recorder
+	// Latency is how long an admitted answer takes (spread over the events of a stream).
+	Latency time.Duration
+	// CompletionTokens is the most output tokens an answer generates (within the request's max).
+	CompletionTokens int64
+	// EmbeddingDims is the default length of an embedding vector.
+	EmbeddingDims int
+	Now           func() time.Time
+
+	seq atomic.Int64
+}
+
+func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/healthz":
+		w.Header().Set("content-type", "text/plain")
+		io.WriteString(w, "ok\n")
+	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, s.Recorder.Stats())
+	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
+		s.models(w, r)
+	case r.Method == http.MethodPost:
+		if _, api := APIOf(r.URL.Path); api != "" {
+			s.priced(w, r)
+			return
+		}
+		fallthrough
+	default:
+		s.errorAnswer(w, isAnthropic(r), http.StatusNotFound, "not_found_error", "invalid_request_error",
+			fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))
+	}
+}
+
+// isAnthropic tells the Anthropic API's requests apart on shared paths (/v1/models).
+func isAnthropic(r *http.Request) bool {
+	return r.URL.Path == "/v1/messages" || r.Header.Get("anthropic-version") != "" ||
+		strings.Contains(r.Host, "anthropic")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("content-type", "application/json")
+	w.Header().Set("content-length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// errorAnswer writes an error in the provider's own format.
+func (s *Server) errorAnswer(w http.ResponseWriter, anthropic bool, status int, anthropicType, openaiType, msg string) {
+	if anthropic {
+		writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": anthropicType, "message": msg}})
+		return
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": openaiType, "param": nil, "code": nil}})
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if isAnthropic(r) {
+		writeJSON(w, http.StatusOK, map[string]any{
+			"data":     []any{map[string]any{"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5", "created_at": "2025-09-29T00:00:00Z"}},
+			"has_more": false, "first_id": "claude-sonnet-4-5", "last_id": "claude-sonnet-4-5",
+		})
+		return
+	}
+	var data []any
+	for _, m := range []string{"gpt-4o-mini", "gpt-4o", "text-embedding-3-small"} {
+		data = append(data, map[string]any{"id": m, "object": "model", "created": 1715367049, "owned_by": "system"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func apiKey(r *http.Request) string {
+	if k := r.Header.Get("x-api-key"); k != "" {
+		return k
+	}
+	return strings.TrimPrefix(r.Header.Get("authorization"), "Bearer ")
+}
+
+func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
+	provider, api := APIOf(r.URL.Path)
+	anthropic := provider == "anthropic"
+	rec := &Record{Provider: provider, API: api, Key: apiKey(r), RequestID: r.Header.Get("x-request-id"),
+		FailureModeAllowed: r.Header.Get("x-envoy-auth-failure-mode-allowed")}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err == nil && len(body) > maxBody {
+		err = fmt.Errorf("body over %d bytes", maxBody)
+	}
+	var p *Price
+	if err == nil {
+		p, err = s.Pricer.Price(r.URL.Path, body)
+	}
+	now := s.Now()
+	rec.T = unix(now)
+	if err != nil {
+		rec.Status, rec.End = http.StatusBadRequest, rec.T
+		s.Recorder.Add(rec)
+		s.errorAnswer(w, anthropic, http.StatusBadRequest, "invalid_request_error", "invalid_request_error", err.Error())
+		return
+	}
+	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, p.Cost(), p.Stream
+
+	v := s.Enforcer.Admit(provider, p.Model, p.Cost())
+	s.rateLimitHeaders(w.Header(), anthropic, &v, now)
+	if !v.Admitted {
+		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
+		s.Recorder.Add(rec)
+		s.rateLimited(w, anthropic, p, &v)
+		return
+	}
+	rec.InFlight = s.Recorder.Start()
+	rec.Status = http.StatusOK
+	defer func() {
+		rec.End = unix(s.Now())
+		s.Recorder.Add(rec)
+	}()
+	id := s.seq.Add(1)
+	switch api {
+	case "chat_completions", "completions":
+		s.chat(w, r, p, id)
+	case "responses":
+		s.responses(w, r, p, id)
+	case "embeddings":
+		s.embeddings(w, r, p)
+	case "messages":
+		s.messages(w, r, p, id)
+	}
+}
+
+// rateLimitHeaders sets the provider's own rate-limit headers.
+func (s *Server) rateLimitHeaders(h http.Header, anthropic bool, v *Verdict, now time.Time) {
+	set := func(kind string, m meterState) {
+		if anthropic {
+			h.Set("anthropic-ratelimit-"+kind+"-limit", strconv.FormatInt(m.Limit, 10))
+			h.Set("anthropic-ratelimit-"+kind+"-remaining", strconv.FormatInt(max(m.Remaining, 0), 10))
+			h.Set("anthropic-ratelimit-"+kind+"-reset", now.Add(m.Reset).UTC().Format(time.RFC3339))
+			return
+		}
+		h.Set("x-ratelimit-limit-"+kind, strconv.FormatInt(m.Limit, 10))
+		h.Set("x-ratelimit-remaining-"+kind, strconv.FormatInt(max(m.Remaining, 0), 10))
+		h.Set("x-ratelimit-reset-"+kind, m.Reset.Round(time.Millisecond).String())
+	}
+	if v.HasTokens {
+		set("tokens", v.Tokens)
+	}
+	if v.HasRequests {
+		set("requests", v.Requests)
+	}
+}
+
+func (s *Server) rateLimited(w http.ResponseWriter, anthropic bool, p *Price, v *Verdict) {
+	limit, used := v.Tokens.Limit, v.Tokens.Limit-v.Tokens.Remaining
+	unit, requested := "tokens per min (TPM)", p.Cost()
+	if v.Which == "requests" {
+		limit, used = v.Requests.Limit, v.Requests.Limit-v.Requests.Remaining
+		unit, requested = "requests per min (RPM)", 1
+	}
+	if v.TooLarge {
+		msg := fmt.Sprintf("Request too large for %s in organization org-mock on %s: Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully.",
+			p.Model, unit, limit, requested)
+		s.errorAnswer(w, anthropic, http.StatusTooManyRequests, "rate_limit_error", "tokens", msg)
+		return
+	}
+	secs := int64(math.Ceil(v.Wait.Seconds()))
+	w.Header().Set("retry-after", strconv.FormatInt(max(secs, 1), 10))
+	if anthropic {
+		msg := fmt.Sprintf("This request would exceed the rate limit for your organization (org-mock) of %d %s. Please try again in %s.",
+			limit, strings.ToLower(strings.SplitN(unit, " (", 2)[0]), v.Wait.Round(time.Millisecond))
+		s.errorAnswer(w, true, http.StatusTooManyRequests, "rate_limit_error", "", msg)
+		return
+	}
+	msg := fmt.Sprintf("Rate limit reached for %s in organization org-mock on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
+		p.Model, unit, limit, used, requested, v.Wait.Round(time.Millisecond))
+	writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": map[string]any{
+		"message": msg, "type": v.Which, "param": nil, "code": "rate_limit_exceeded"}})
+}
+
+// completion is how many tokens an answer generates: the mock's cap within the request's own.
+func (s *Server) completion(p *Price) int64 {
+	per := p.Output / int64(max(p.N, 1))
+	return max(min(per, s.CompletionTokens), 1)
+}
+
+func words(n int64) string { return strings.Repeat(" mock", int(n)) }
+
+// pause waits d or until the client goes away; false when it went away.
+func pause(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// sse writes server-sent events with the stream's pacing.
+type sse struct {
+	w     http.ResponseWriter
+	r     *http.Request
+	every time.Duration
+}
+
+func newSSE(w http.ResponseWriter, r *http.Request, events int, latency time.Duration) *sse {
+	w.Header().Set("content-type", "text/event-stream")
+	w.Header().Set("cache-control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return &sse{w: w, r: r, every: latency / time.Duration(max(events, 1))}
+}
+
+// send writes one event (name may be empty) and waits its share of the latency.
+func (e *sse) send(name string, data any) bool {
+	var b []byte
+	switch d := data.(type) {
+	case string:
+		b = []byte(d)
+	default:
+		b, _ = json.Marshal(d)
+	}
+	if name != "" {
+		fmt.Fprintf(e.w, "event: %s\n", name)
+	}
+	fmt.Fprintf(e.w, "data: %s\n\n", b)
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	return pause(e.r, e.every)
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, p *Price, id int64) {
+	n := s.completion(p)
+	created := s.Now().Unix()
+	cid := fmt.Sprintf("chatcmpl-mock%d", id)
+	finish := "length"
+	if n < p.Output/int64(max(p.N, 1)) {
+		finish = "stop"
+	}
+	usage := map[string]any{"prompt_tokens": p.Prompt, "completion_tokens": n * int64(p.N), "total_tokens": p.Prompt + n*int64(p.N)}
+	if p.API == "completions" {
+		var choices []any
+		for i := 0; i < p.N; i++ {
+			choices = append(choices, map[string]any{"index": i, "text": words(n), "finish_reason": finish, "logprobs": nil})
+		}
+		if !pause(r, s.Latency) {
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": cid, "object": "text_completion", "created": created, "model": p.Model, "choices": choices, "usage": usage})
+		return
+	}
+	if !p.Stream {
+		var choices []any
+		for i := 0; i < p.N; i++ {
+			choices = append(choices, map[string]any{"index": i, "finish_reason": finish, "logprobs": nil,
+				"message": map[string]any{"role": "assistant", "content": words(n), "refusal": nil}})
+		}
+		if !pause(r, s.Latency) {
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": cid, "object": "chat.completion", "created": created, "model": p.Model,
+			"choices": choices, "usage": usage, "system_fingerprint": "fp_mock"})
+		return
+	}
+	chunk := func(choices []any) map[string]any {
+		return map[string]any{"id": cid, "object": "chat.completion.chunk", "created": created, "model": p.Model,
+			"system_fingerprint": "fp_mock", "choices": choices}
+	}
+	delta := func(i int, d map[string]any, fin any) map[string]any {
+		return map[string]any{"index": i, "delta": d, "finish_reason": fin, "logprobs": nil}
+	}
+	e := newSSE(w, r, int(n)+2, s.Latency)
+	for i := 0; i < p.N; i++ {
+		if !e.send("", chunk([]any{delta(i, map[string]any{"role": "assistant", "content": ""}, nil)})) {
+			return
+		}
+	}
+	for k := int64(0); k < n; k++ {
+		for i := 0; i < p.N; i++ {
+			if !e.send("", chunk([]any{delta(i, map[string]any{"content": " mock"}, nil)})) {
+				return
+			}
+		}
+	}
+	for i := 0; i < p.N; i++ {
+		e.send("", chunk([]any{delta(i, map[string]any{}, finish)}))
+	}
+	if p.IncludeUsage {
+		c := chunk([]any{})
+		c["usage"] = usage
+		e.send("", c)
+	}
+	e.every = 0
+	e.send("", "[DONE]")
+}
+
+func (s *Server) responses(w http.ResponseWriter, r *http.Request, p *Price, id int64) {
+	n := s.completion(p)
+	rid, mid := fmt.Sprintf("resp_mock%d", id), fmt.Sprintf("msg_mock%d", id)
+	created := s.Now().Unix()
+	resp := func(status string, out []any, usage any) map[string]any {
+		return map[string]any{"id": rid, "object": "response", "created_at": created, "status": status, "model": p.Model,
+			"output": out, "usage": usage, "parallel_tool_calls": true, "tool_choice": "auto", "tools": []any{},
+			"error": nil, "incomplete_details": nil, "instructions": nil, "metadata": map[string]any{}, "temperature": 1.0, "top_p": 1.0}
+	}
+	out := []any{map[string]any{"type": "message", "id": mid, "status": "completed", "role": "assistant",
+		"content": []any{map[string]any{"type": "output_text", "text": words(n), "annotations": []any{}}}}}
+	usage := map[string]any{"input_tokens": p.Prompt, "output_tokens": n, "total_tokens": p.Prompt + n,
+		"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
+	if !p.Stream {
+		if !pause(r, s.Latency) {
+			return
+		}
+		writeJSON(w, http.StatusOK, resp("completed", out, usage))
+		return
+	}
+	e := newSSE(w, r, int(n)+2, s.Latency)
+	seq := 0
+	ev := func(typ string, fields map[string]any) bool {
+		fields["type"], fields["sequence_number"] = typ, seq
+		seq++
+		return e.send(typ, fields)
+	}
+	if !ev("response.created", map[string]any{"response": resp("in_progress", []any{}, nil)}) {
+		return
+	}
+	for k := int64(0); k < n; k++ {
+		if !ev("response.output_text.delta", map[string]any{"item_id": mid, "output_index": 0, "content_index": 0, "delta": " mock"}) {
+			return
+		}
+	}
+	e.every = 0
+	ev("response.completed", map[string]any{"response": resp("completed", out, usage)})
+}
+
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, p *Price) {
+	dims := s.EmbeddingDims
+	var data []any
+	for i := 0; i < max(p.Inputs, 1); i++ {
+		vec := make([]float32, dims)
+		for j := range vec {
+			vec[j] = float32(math.Sin(float64(i*dims + j)))
+		}
+		var emb any = vec
+		if p.EncodingFormat == "base64" {
+			b := make([]byte, 4*dims)
+			for j, f := range vec {
+				binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(f))
+			}
+			emb = base64.StdEncoding.EncodeToString(b)
+		}
+		data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": emb})
+	}
+	if !pause(r, s.Latency) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": p.Model,
+		"usage": map[string]any{"prompt_tokens": p.Prompt, "total_tokens": p.Prompt}})
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request, p *Price, id int64) {
+	n := s.completion(p)
+	mid := fmt.Sprintf("msg_mock%d", id)
+	stop := "max_tokens"
+	if n < p.Output {
+		stop = "end_turn"
+	}
+	msg := func(content []any, stopReason any, out int64) map[string]any {
+		return map[string]any{"id": mid, "type": "message", "role": "assistant", "model": p.Model, "content": content,
+			"stop_reason": stopReason, "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": p.Prompt, "output_tokens": out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+	}
+	w.Header().Set("request-id", fmt.Sprintf("req_mock%d", id))
+	if !p.Stream {
+		if !pause(r, s.Latency) {
+			return
+		}
+		writeJSON(w, http.StatusOK, msg([]any{map[string]any{"type": "text", "text": words(n)}}, stop, n))
+		return
+	}
+	e := newSSE(w, r, int(n)+3, s.Latency)
+	steps := []struct {
+		name string
+		data any
+	}{
+		{"message_start", map[string]any{"type": "message_start", "message": msg([]any{}, nil, 1)}},
+		{"content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}}},
+		{"ping", map[string]any{"type": "ping"}},
+	}
+	for _, st := range steps {
+		if !e.send(st.name, st.data) {
+			return
+		}
+	}
+	for k := int64(0); k < n; k++ {
+		if !e.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": " mock"}}) {
+			return
+		}
+	}
+	e.every = 0
+	e.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	e.send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": n}})
+	e.send("message_stop", map[string]any{"type": "message_stop"})
+}

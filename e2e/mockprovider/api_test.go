@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testPricer is shared: loading an encoding takes seconds.
+var testPricer = &Pricer{DefaultOutput: 4096, AnthropicEncoding: "cl100k_base"}
+
+func newTestServer(t *testing.T, tpm int64) (*httptest.Server, *bytes.Buffer) {
+	t.Helper()
+	var rec bytes.Buffer
+	srv := &Server{
+		Pricer:           testPricer,
+		Enforcer:         NewEnforcer(TokenBucket, time.Minute, map[string]Limits{"openai": {Tokens: tpm}, "anthropic": {Tokens: tpm}}, time.Now),
+		Recorder:         NewRecorder(TokenBucket, &rec),
+		CompletionTokens: 3,
+		EmbeddingDims:    4,
+		Now:              time.Now,
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts, &rec
+}
+
+func post(t *testing.T, url, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func records(t *testing.T, buf *bytes.Buffer) []Record {
+	t.Helper()
+	var out []Record
+	sc := bufio.NewScanner(bytes.NewReader(buf.Bytes()))
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("record %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestChatCompletionThenRateLimit(t *testing.T) {
+	t.Parallel()
+	ts, rec := newTestServer(t, 30)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello world"}],"max_tokens":10}`
+	resp, b := post(t, ts.URL+"/v1/chat/completions", body, "authorization", "Bearer sk-tenant-a", "x-request-id", "r1")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var out struct {
+		Choices []struct {
+			Message struct{ Content string }
+		}
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	// 3 priming + 3 per message + "user" (1) + "hello world" (2).
+	if out.Usage.PromptTokens != 9 || out.Usage.CompletionTokens != 3 || out.Choices[0].Message.Content != " mock mock mock" {
+		t.Fatalf("answer %s", b)
+	}
+	if got := resp.Header.Get("x-ratelimit-remaining-tokens"); got != "11" {
+		t.Fatalf("x-ratelimit-remaining-tokens = %q, want 11 (30 - 19)", got)
+	}
+
+	resp, b = post(t, ts.URL+"/v1/chat/completions", body)
+	if resp.StatusCode != 429 || resp.Header.Get("retry-after") == "" || resp.Header.Get("x-ratelimit-limit-tokens") != "30" {
+		t.Fatalf("second request: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	var e struct {
+		Error struct{ Type, Code, Message string }
+	}
+	if json.Unmarshal(b, &e); e.Error.Code != "rate_limit_exceeded" || e.Error.Type != "tokens" {
+		t.Fatalf("error body %s", b)
+	}
+
+	rs := records(t, rec)
+	if len(rs) != 2 || rs[0].Status != 200 || rs[0].Cost != 19 || rs[0].Key != "sk-tenant-a" || rs[0].RequestID != "r1" ||
+		rs[0].InFlight != 1 || rs[0].End < rs[0].T || rs[1].Status != 429 || rs[1].Which != "tokens" {
+		t.Fatalf("records %+v", rs)
+	}
+}
+
+func TestChatStreamEndsWithUsage(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, 1000)
+	resp, b := post(t, ts.URL+"/v1/chat/completions",
+		`{"model":"gpt-4o","messages":[{"role":"system","content":"be brief","name":"x"},{"role":"user","content":[{"type":"text","text":"hello world"}]}],"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true}}`)
+	if resp.StatusCode != 200 || resp.Header.Get("content-type") != "text/event-stream" {
+		t.Fatalf("status %d %v", resp.StatusCode, resp.Header)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n\n")
+	if lines[len(lines)-1] != "data: [DONE]" {
+		t.Fatalf("last event %q", lines[len(lines)-1])
+	}
+	var usage struct {
+		Choices []any
+		Usage   struct {
+			PromptTokens int64 `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[len(lines)-2], "data: ")), &usage); err != nil {
+		t.Fatal(err)
+	}
+	// 3 + (3 + "system" 1 + "be brief" 2 + "x" 1 + 1) + (3 + "user" 1 + 2) = 17
+	if len(usage.Choices) != 0 || usage.Usage.PromptTokens != 17 {
+		t.Fatalf("usage chunk %s", lines[len(lines)-2])
+	}
+}
+
+func TestAnthropicMessagesAndErrors(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, 100)
+	body := `{"model":"claude-sonnet-4-5","system":"be brief","messages":[{"role":"user","content":"hello world"}],"max_tokens":50}`
+	resp, b := post(t, ts.URL+"/v1/messages", body, "x-api-key", "k", "anthropic-version", "2023-06-01")
+	var m struct {
+		Type  string
+		Usage struct {
+			InputTokens int64 `json:"input_tokens"`
+		}
+	}
+	if json.Unmarshal(b, &m); resp.StatusCode != 200 || m.Type != "message" || m.Usage.InputTokens != 15 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if resp.Header.Get("anthropic-ratelimit-tokens-remaining") != "35" {
+		t.Fatalf("headers %v", resp.Header)
+	}
+	resp, b = post(t, ts.URL+"/v1/messages", body)
+	var e struct {
+		Type  string
+		Error struct{ Type string }
+	}
+	if json.Unmarshal(b, &e); resp.StatusCode != 429 || e.Type != "error" || e.Error.Type != "rate_limit_error" {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, ts.URL+"/v1/messages", `{"model":"claude-sonnet-4-5","messages":[]}`)
+	if json.Unmarshal(b, &e); resp.StatusCode != 400 || e.Error.Type != "invalid_request_error" {
+		t.Fatalf("missing max_tokens: %d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, ts.URL+"/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":101,"stream":true,"messages":[]}`)
+	if json.Unmarshal(b, &e); resp.StatusCode != 429 || !strings.Contains(string(b), "Request too large") {
+		t.Fatalf("too large: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestAnthropicStream(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, 1000)
+	resp, b := post(t, ts.URL+"/v1/messages", `{"model":"claude-haiku-4-5","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":2,"stream":true}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if n, ok := strings.CutPrefix(l, "event: "); ok {
+			names = append(names, n)
+		}
+	}
+	want := "message_start content_block_start ping content_block_delta content_block_delta content_block_stop message_delta message_stop"
+	if strings.Join(names, " ") != want {
+		t.Fatalf("events %v", names)
+	}
+}
+
+func TestEmbeddingsBase64(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, 1000)
+	resp, b := post(t, ts.URL+"/v1/embeddings", `{"model":"text-embedding-3-small","input":["hello world","hi"],"encoding_format":"base64"}`)
+	var out struct {
+		Data  []struct{ Embedding string }
+		Usage struct {
+			PromptTokens int64 `json:"prompt_tokens"`
+		}
+	}
+	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %s %v", resp.StatusCode, b, err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(out.Data[1].Embedding)
+	if len(out.Data) != 2 || err != nil || len(raw) != 16 || out.Usage.PromptTokens != 3 {
+		t.Fatalf("embeddings %s", b)
+	}
+}
+
+func TestResponsesAndModels(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, 1000)
+	resp, b := post(t, ts.URL+"/v1/responses", `{"model":"gpt-4o-mini","input":"hello world","instructions":"be brief","max_output_tokens":7}`)
+	var out struct {
+		Object string
+		Usage  struct {
+			InputTokens int64 `json:"input_tokens"`
+		}
+	}
+	// 3 + (3 + "system" + 2) + (3 + "user" + 2) = 15
+	if json.Unmarshal(b, &out); resp.StatusCode != 200 || out.Object != "response" || out.Usage.InputTokens != 15 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	r, err := http.Get(ts.URL + "/v1/models")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("models: %v %v", r, err)
+	}
+	r.Body.Close()
+	r, err = http.Get(ts.URL + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var st Stats
+	if err := json.NewDecoder(r.Body).Decode(&st); err != nil || st.Providers["openai"].AdmittedTokens != 22 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+}
+
+func TestNonUTF8BodyIsPriced(t *testing.T) {
+	t.Parallel()
+	ts, _ := newTestServer(t, 1000)
+	resp, b := post(t, ts.URL+"/v1/chat/completions", "{\"model\":\"gpt-4o-mini\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}

@@ -1,0 +1,182 @@
+// Command mockprovider is an OpenAI- and Anthropic-compatible LLM API for the end-to-end suite and
+// the compose stack. It enforces its own per-minute limits like a provider (token_bucket or
+// rolling_window), prices requests independently of the project's counter (tiktoken-go, prompt +
+// max_tokens), answers 429 with the provider's own headers and error body when over, and records
+// every request it answers as a JSON line so that tests can compute what it admitted per time
+// window and how many requests it served at once.
+//
+//	mockprovider [flags]             serve
+//	mockprovider probe URL           exit 0 when URL answers 200 (container health checks)
+//
+// Endpoints: POST /v1/chat/completions (stream: true with a usage chunk), /v1/completions,
+// /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too); GET /v1/models, /healthz,
+// /stats. It must never be exposed beyond a test network: it has no authentication.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mockprovider:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "probe" {
+		if len(args) != 2 {
+			return errors.New("usage: mockprovider probe URL")
+		}
+		return probe(ctx, args[1])
+	}
+	fs := flag.NewFlagSet("mockprovider", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8080", "plain HTTP listen address")
+	tlsAddr := fs.String("tls-addr", "", "HTTPS listen address (empty: none); needs -tls-dir")
+	tlsDir := fs.String("tls-dir", "", "directory holding (or receiving) ca.pem and ca.key of a private CA that signs the HTTPS certificate")
+	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com", "comma-separated DNS names of the HTTPS certificate")
+	modeName := fs.String("mode", string(TokenBucket), "limit enforcement: token_bucket or rolling_window")
+	period := fs.Duration("period", time.Minute, "the limits' period (the window of rolling_window)")
+	openaiTPM := fs.Int64("openai-tpm", 60000, "OpenAI tokens per period per model (0: unlimited)")
+	openaiRPM := fs.Int64("openai-rpm", 0, "OpenAI requests per period per model (0: unlimited)")
+	anthropicTPM := fs.Int64("anthropic-tpm", 40000, "Anthropic tokens per period per model (0: unlimited)")
+	anthropicRPM := fs.Int64("anthropic-rpm", 0, "Anthropic requests per period per model (0: unlimited)")
+	latency := fs.Duration("latency", 200*time.Millisecond, "how long an admitted answer takes")
+	completion := fs.Int64("completion-tokens", 16, "most output tokens an answer generates")
+	defaultOutput := fs.Int64("default-output-tokens", 4096, "output reserved when a request names no maximum")
+	anthropicEnc := fs.String("anthropic-encoding", "cl100k_base", "tiktoken encoding that counts Anthropic prompts")
+	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	mode, err := ParseMode(*modeName)
+	if err != nil {
+		return err
+	}
+	if *period < time.Second {
+		return fmt.Errorf("-period %s is under 1s", *period)
+	}
+	if *tlsAddr != "" && *tlsDir == "" {
+		return errors.New("-tls-addr needs -tls-dir")
+	}
+
+	var rw io.Writer
+	if *recordPath != "" {
+		f, err := os.OpenFile(*recordPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("record: %w", err)
+		}
+		defer f.Close()
+		rw = f
+	}
+	pricer := &Pricer{DefaultOutput: *defaultOutput, AnthropicEncoding: *anthropicEnc}
+	// Load the encodings before serving, so that the first requests are not slowed.
+	for _, enc := range []string{"o200k_base", "cl100k_base", *anthropicEnc} {
+		if _, err := pricer.encoding(enc); err != nil {
+			return err
+		}
+	}
+	limits := map[string]Limits{
+		"openai":    {Tokens: *openaiTPM, Requests: *openaiRPM},
+		"anthropic": {Tokens: *anthropicTPM, Requests: *anthropicRPM},
+	}
+	srv := &Server{
+		Pricer:           pricer,
+		Enforcer:         NewEnforcer(mode, *period, limits, time.Now),
+		Recorder:         NewRecorder(mode, rw),
+		Latency:          *latency,
+		CompletionTokens: *completion,
+		EmbeddingDims:    8,
+		Now:              time.Now,
+	}
+
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	serve := func(addr string, tlsDir string) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+		scheme := "http"
+		if tlsDir != "" {
+			cfg, err := serverTLS(tlsDir, strings.Split(*tlsHosts, ","), time.Now())
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			hs.TLSConfig = cfg
+			scheme = "https"
+		}
+		servers = append(servers, hs)
+		fmt.Fprintf(stdout, "mockprovider: %s on %s://%s (mode %s, openai %d tokens/%s, anthropic %d tokens/%s)\n",
+			"listening", scheme, ln.Addr(), mode, *openaiTPM, *period, *anthropicTPM, *period)
+		go func() {
+			var err error
+			if tlsDir != "" {
+				err = hs.ServeTLS(ln, "", "")
+			} else {
+				err = hs.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		return nil
+	}
+	if err := serve(*addr, ""); err != nil {
+		return err
+	}
+	if *tlsAddr != "" {
+		if err := serve(*tlsAddr, *tlsDir); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, hs := range servers {
+		hs.Shutdown(shutdown)
+	}
+	if err != nil {
+		return err
+	}
+	return srv.Recorder.Err()
+}
+
+func probe(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe %s: status %d", url, resp.StatusCode)
+	}
+	return nil
+}

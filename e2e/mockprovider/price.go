@@ -1,0 +1,298 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// The mock prices requests like a provider's rate limiter does: prompt tokens counted with
+// pkoukk/tiktoken-go (an implementation independent of the project's own counter) plus the output
+// the request reserves (max_tokens or its API's equivalent, times n). Chat messages follow OpenAI's
+// published rule: 3 tokens per message, 1 more per name, 3 to prime the reply.
+
+func init() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) }
+
+// Price is what one request costs the provider's budget.
+type Price struct {
+	Provider string // openai or anthropic
+	API      string // chat_completions, completions, responses, embeddings, messages
+	Model    string
+	Prompt   int64
+	Output   int64
+	// Stream asks for server-sent events; IncludeUsage for OpenAI's final usage chunk.
+	Stream       bool
+	IncludeUsage bool
+	// N is the number of choices (chat), Inputs the number of embedding inputs.
+	N      int
+	Inputs int
+	// EncodingFormat is the embeddings' encoding_format (float or base64).
+	EncodingFormat string
+}
+
+// Cost is the total the request takes from the token budget.
+func (p *Price) Cost() int64 { return p.Prompt + p.Output }
+
+// Pricer counts tokens. It is safe for concurrent use.
+type Pricer struct {
+	// DefaultOutput is reserved when a request names no maximum output.
+	DefaultOutput int64
+	// AnthropicEncoding is the encoding used to count Anthropic prompts (Anthropic publishes no
+	// tokenizer; providers count with their own, so this is an approximation both sides share).
+	AnthropicEncoding string
+
+	mu   sync.Mutex
+	encs map[string]*tiktoken.Tiktoken
+}
+
+func (p *Pricer) encoding(name string) (*tiktoken.Tiktoken, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.encs[name]; ok {
+		return e, nil
+	}
+	e, err := tiktoken.GetEncoding(name)
+	if err != nil {
+		return nil, fmt.Errorf("price: encoding %s: %w", name, err)
+	}
+	if p.encs == nil {
+		p.encs = map[string]*tiktoken.Tiktoken{}
+	}
+	p.encs[name] = e
+	return e, nil
+}
+
+// encodingFor returns the encoding OpenAI uses for model (o200k_base when unknown).
+func encodingFor(model string) string {
+	if e, ok := tiktoken.MODEL_TO_ENCODING[model]; ok {
+		return e
+	}
+	for prefix, e := range tiktoken.MODEL_PREFIX_TO_ENCODING {
+		if strings.HasPrefix(model, prefix) {
+			return e
+		}
+	}
+	return tiktoken.MODEL_O200K_BASE
+}
+
+// text is a JSON value that is either a string or a list of content parts with "text" fields
+// (OpenAI content parts, Anthropic content blocks).
+type text []string
+
+func (t *text) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*t = text{s}
+		return nil
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return fmt.Errorf("content is neither a string nor a list of parts")
+	}
+	*t = (*t)[:0]
+	for _, p := range parts {
+		*t = append(*t, p.Text)
+	}
+	return nil
+}
+
+type message struct {
+	Role    string  `json:"role"`
+	Content text    `json:"content"`
+	Name    *string `json:"name"`
+}
+
+// stringsOrTokens is an embeddings or completions input: a string, a list of strings, a list of
+// token ids or a list of lists of token ids.
+type stringsOrTokens struct {
+	texts  []string
+	tokens int64
+	n      int
+}
+
+func (s *stringsOrTokens) UnmarshalJSON(b []byte) error {
+	var one string
+	if json.Unmarshal(b, &one) == nil {
+		s.texts, s.n = []string{one}, 1
+		return nil
+	}
+	var many []string
+	if json.Unmarshal(b, &many) == nil {
+		s.texts, s.n = many, len(many)
+		return nil
+	}
+	var ids []int64
+	if json.Unmarshal(b, &ids) == nil {
+		s.tokens, s.n = int64(len(ids)), 1
+		return nil
+	}
+	var lists [][]int64
+	if err := json.Unmarshal(b, &lists); err != nil {
+		return fmt.Errorf("input is not a string, strings or token ids")
+	}
+	for _, l := range lists {
+		s.tokens += int64(len(l))
+	}
+	s.n = len(lists)
+	return nil
+}
+
+type request struct {
+	Model               string          `json:"model"`
+	Messages            []message       `json:"messages"`
+	System              *text           `json:"system"`
+	Input               json.RawMessage `json:"input"`
+	Instructions        *string         `json:"instructions"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	MaxOutputTokens     *int64          `json:"max_output_tokens"`
+	N                   *int            `json:"n"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	EncodingFormat string `json:"encoding_format"`
+}
+
+// APIOf maps a request path to the provider and API it calls ("" when not a priced endpoint).
+func APIOf(path string) (provider, api string) {
+	switch path {
+	case "/v1/chat/completions":
+		return "openai", "chat_completions"
+	case "/v1/completions":
+		return "openai", "completions"
+	case "/v1/responses":
+		return "openai", "responses"
+	case "/v1/embeddings":
+		return "openai", "embeddings"
+	case "/v1/messages":
+		return "anthropic", "messages"
+	}
+	return "", ""
+}
+
+// Price reads and prices one request body for path.
+func (p *Pricer) Price(path string, body []byte) (*Price, error) {
+	provider, api := APIOf(path)
+	if api == "" {
+		return nil, fmt.Errorf("price: %s is not a priced endpoint", path)
+	}
+	var r request
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("price: body: %w", err)
+	}
+	if r.Model == "" {
+		return nil, fmt.Errorf("price: body names no model")
+	}
+	pr := &Price{Provider: provider, API: api, Model: r.Model, Stream: r.Stream, N: 1, EncodingFormat: r.EncodingFormat}
+	if r.StreamOptions != nil {
+		pr.IncludeUsage = r.StreamOptions.IncludeUsage
+	}
+	if r.N != nil && *r.N > 1 {
+		pr.N = *r.N
+	}
+	encName := encodingFor(r.Model)
+	if provider == "anthropic" {
+		encName = p.AnthropicEncoding
+	}
+	enc, err := p.encoding(encName)
+	if err != nil {
+		return nil, err
+	}
+	count := func(s string) int64 { return int64(len(enc.EncodeOrdinary(s))) }
+	chat := func(msgs []message) int64 {
+		n := int64(3) // every reply is primed with <|start|>assistant<|message|>
+		for _, m := range msgs {
+			n += 3 + count(m.Role)
+			for _, t := range m.Content {
+				n += count(t)
+			}
+			if m.Name != nil {
+				n += count(*m.Name) + 1
+			}
+		}
+		return n
+	}
+	output := func(vals ...*int64) int64 {
+		for _, v := range vals {
+			if v != nil {
+				return *v
+			}
+		}
+		return p.DefaultOutput
+	}
+
+	switch api {
+	case "chat_completions":
+		pr.Prompt = chat(r.Messages)
+		pr.Output = output(r.MaxCompletionTokens, r.MaxTokens) * int64(pr.N)
+	case "completions":
+		var in stringsOrTokens
+		if err := json.Unmarshal(fieldOr(body, "prompt"), &in); err != nil {
+			return nil, fmt.Errorf("price: prompt: %w", err)
+		}
+		pr.Prompt = in.tokens
+		for _, t := range in.texts {
+			pr.Prompt += count(t)
+		}
+		limit := int64(16) // the legacy endpoint's default max_tokens
+		pr.Output = output(r.MaxTokens, &limit) * int64(pr.N) * int64(max(in.n, 1))
+	case "responses":
+		var msgs []message
+		if r.Instructions != nil {
+			msgs = append(msgs, message{Role: "system", Content: text{*r.Instructions}})
+		}
+		if len(r.Input) > 0 {
+			var s string
+			if json.Unmarshal(r.Input, &s) == nil {
+				msgs = append(msgs, message{Role: "user", Content: text{s}})
+			} else {
+				var items []message
+				if err := json.Unmarshal(r.Input, &items); err != nil {
+					return nil, fmt.Errorf("price: input: %w", err)
+				}
+				msgs = append(msgs, items...)
+			}
+		}
+		pr.Prompt = chat(msgs)
+		pr.Output = output(r.MaxOutputTokens)
+	case "embeddings":
+		var in stringsOrTokens
+		if err := json.Unmarshal(r.Input, &in); err != nil {
+			return nil, fmt.Errorf("price: input: %w", err)
+		}
+		pr.Prompt = in.tokens
+		for _, t := range in.texts {
+			pr.Prompt += count(t)
+		}
+		pr.Inputs = in.n
+	case "messages":
+		msgs := r.Messages
+		if r.System != nil {
+			msgs = append([]message{{Role: "system", Content: *r.System}}, msgs...)
+		}
+		pr.Prompt = chat(msgs)
+		if r.MaxTokens == nil {
+			return nil, fmt.Errorf("price: max_tokens: Field required")
+		}
+		pr.Output = *r.MaxTokens
+	}
+	return pr, nil
+}
+
+// fieldOr returns the raw JSON of a top-level field, or null.
+func fieldOr(body []byte, key string) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) == nil {
+		if v, ok := m[key]; ok {
+			return v
+		}
+	}
+	return []byte("null")
+}
