@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "plain HTTP listen address")
 	tlsAddr := fs.String("tls-addr", "", "HTTPS listen address (empty: none); needs -tls-dir")
 	tlsDir := fs.String("tls-dir", "", "directory holding (or receiving) ca.pem and ca.key of a private CA that signs the HTTPS certificate")
+	tlsCAOut := fs.String("tls-ca-out", "", "also write the CA certificate (public part only) to this file, for clients to trust")
 	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com", "comma-separated DNS names of the HTTPS certificate")
 	modeName := fs.String("mode", string(TokenBucket), "limit enforcement: token_bucket or rolling_window")
 	period := fs.Duration("period", time.Minute, "the limits' period (the window of rolling_window)")
@@ -116,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 		scheme := "http"
 		if tlsDir != "" {
-			cfg, err := serverTLS(tlsDir, strings.Split(*tlsHosts, ","), time.Now())
+			cfg, err := serverTLS(tlsDir, strings.Split(*tlsHosts, ","), *tlsCAOut, time.Now())
 			if err != nil {
 				ln.Close()
 				return err

@@ -20,10 +20,19 @@ import (
 // kept in dir (ca.pem, ca.key), which it creates when missing. The compose stack mounts ca.pem as
 // Envoy's trust bundle, so that Envoy's certificate verification (SNI and SAN match) is exercised
 // against the mock exactly as against the real providers.
-func serverTLS(dir string, hosts []string, now time.Time) (*tls.Config, error) {
+//
+// caOut, when not empty, receives a copy of the CA certificate: a trust bundle for clients, kept
+// apart from the CA's private key.
+func serverTLS(dir string, hosts []string, caOut string, now time.Time) (*tls.Config, error) {
 	caCert, caKey, err := loadOrCreateCA(dir, now)
 	if err != nil {
 		return nil, err
+	}
+	if caOut != "" {
+		pemCA := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw})
+		if err := os.WriteFile(caOut, pemCA, 0o644); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
