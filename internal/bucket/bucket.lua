@@ -1,0 +1,311 @@
+-- bucket.lua: check every bucket of one decision and debit all of them, or none, in one call.
+-- It is the single source of truth for the Redis store; memory.go mirrors it operation by operation.
+--
+-- Units
+--   time      microseconds since the Unix epoch, from redis.call('TIME') only (exact in a double
+--             until the year 2255); periods and waits in microseconds.
+--   amounts   tokens or requests, integers up to 1e12 passed as decimal strings; a token bucket's
+--             level is a double (fractional while it refills), written with %.17g so that it
+--             reads back bit for bit.
+--
+-- KEYS[i]     bucket i; every key of a call shares one Redis Cluster hash slot (the caller's tag).
+-- ARGV[1]     space-separated: <op> <max_wait_us>, then for each key
+--             <alg> <limit> <period_us> <capacity> <amount> <reserve>
+--               op        T = take, A = adjust
+--               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota
+--               amount    take: the cost (>= 0); adjust: the delta (> 0 refunds, < 0 charges)
+--               reserve   floor x capacity, a decimal: a take must leave at least this much
+-- ARGV[2..]   ignored (tests append a fake TIME there)
+--
+-- Reply (take), integers only because Redis truncates Lua numbers in replies:
+--   { outcome, blocking, wait_us, then per key: remaining, capacity, reset_us, wait_us }
+--   outcome   0 allowed, 1 delayed (debited; proceed after wait_us), 2 denied (nothing debited;
+--             retry after wait_us), 3 impossible (nothing debited; a cost exceeds capacity - reserve)
+--   blocking  0-based index of the bucket with the longest wait (or the first impossible one), -1
+--   remaining the level after the call, rounded down (negative while in debt)
+--   reset_us  time until the bucket is full again; for a quota, until the next period starts
+--   wait_us   time until that bucket alone could pay; the top-level wait_us is their maximum
+-- Reply (adjust): the number of keys adjusted.
+--
+-- Storage (one hash per bucket, expiring once the bucket would be full again plus MARGIN_MS; a
+-- missing key is a full bucket, and a write that leaves a bucket full deletes its key):
+--   token bucket   l = level, t = time of that level
+--   sliding window <sub-window index> = amount admitted in that sub-window
+--   quota          u = amount used (above limit: debt carried into the next periods), p = period index
+
+local SLOTS = 10        -- sub-windows per sliding window
+local MARGIN_MS = 1000  -- expiry margin
+local DAY_US = 86400000000
+local EPS = 1e-14       -- float tolerance, relative to capacity (token bucket only)
+
+local function num(x)
+  return string.format('%.17g', x)
+end
+
+-- Days since 1970-01-01 to (year, month), proleptic Gregorian (H. Hinnant's civil_from_days).
+local function civil(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+-- (year, month) to days since 1970-01-01 of its first day (days_from_civil).
+local function first_day(y, m)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5)
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- Index of the calendar period holding time t: days, or months since year 0.
+local function period_of(alg, t)
+  local day = math.floor(t / DAY_US)
+  if alg == 'd' then return day end
+  local y, m = civil(day)
+  return y * 12 + m - 1
+end
+
+-- Start of calendar period p.
+local function period_start(alg, p)
+  if alg == 'd' then return p * DAY_US end
+  local y = math.floor(p / 12)
+  return first_day(y, p - y * 12 + 1) * DAY_US
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local a = {}
+for w in string.gmatch(ARGV[1], '%S+') do a[#a + 1] = w end
+local op, max_wait = a[1], tonumber(a[2])
+local n = #KEYS
+if #a ~= 2 + 6 * n then
+  return redis.error_reply('ERR bucket.lua: want ' .. (2 + 6 * n) .. ' arguments, got ' .. #a)
+end
+
+-- Load every bucket as of now, without writing.
+local bs = {}
+for i = 1, n do
+  local j = 2 + 6 * (i - 1)
+  local b = {
+    key = KEYS[i], alg = a[j + 1], limit = tonumber(a[j + 2]), period = tonumber(a[j + 3]),
+    cap = tonumber(a[j + 4]), amount = tonumber(a[j + 5]), reserve = tonumber(a[j + 6]),
+  }
+  if b.alg == 't' then
+    local v = redis.call('HMGET', b.key, 'l', 't')
+    b.level, b.ts = tonumber(v[1]), tonumber(v[2])
+    if b.level == nil or b.ts == nil then
+      b.level, b.ts = b.cap, now
+    elseif now > b.ts then
+      b.level = b.level + (now - b.ts) * b.limit / b.period
+      b.ts = now
+    end
+    if b.level > b.cap then b.level = b.cap end
+  elseif b.alg == 's' then
+    b.w = math.ceil(b.period / SLOTS)
+    b.k = math.floor(now / b.w)
+    b.slots, b.stale, b.sum = {}, {}, 0
+    local raw = redis.call('HGETALL', b.key)
+    for x = 1, #raw, 2 do
+      local idx, c = tonumber(raw[x]), tonumber(raw[x + 1])
+      if idx == nil or c == nil or idx < b.k - SLOTS then
+        b.stale[#b.stale + 1] = raw[x]
+      else
+        b.slots[#b.slots + 1] = { idx, c }
+        b.sum = b.sum + c
+      end
+    end
+    table.sort(b.slots, function(p, q) return p[1] < q[1] end)
+  elseif b.alg == 'd' or b.alg == 'm' then
+    local v = redis.call('HMGET', b.key, 'u', 'p')
+    b.used, b.p = tonumber(v[1]) or 0, tonumber(v[2])
+    local cur = period_of(b.alg, now)
+    if b.p == nil then
+      b.used, b.p = 0, cur
+    elseif b.p < cur then
+      b.used = math.max(0, b.used - b.limit * (cur - b.p))
+      b.p = cur
+    end
+  else
+    return redis.error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(b.alg))
+  end
+  bs[i] = b
+end
+
+-- Time until b is full (empty of admissions), and the level to report.
+local function reset_of(b)
+  if b.alg == 't' then
+    if b.level >= b.cap then return 0 end
+    return math.ceil((b.cap - b.level) * b.period / b.limit)
+  elseif b.alg == 's' then
+    if #b.slots == 0 then return 0 end
+    return (b.slots[#b.slots][1] + SLOTS + 1) * b.w - now
+  end
+  return period_start(b.alg, b.p + 1) - now
+end
+
+local function remaining_of(b)
+  if b.alg == 't' then return math.floor(b.level + b.cap * EPS) end
+  if b.alg == 's' then return b.cap - b.sum end
+  return b.cap - b.used
+end
+
+-- Write b back (it changed), or delete it when it is full, with its expiry.
+local function store(b)
+  if b.alg == 't' then
+    if b.level >= b.cap then
+      redis.call('DEL', b.key)
+      return
+    end
+    redis.call('HSET', b.key, 'l', num(b.level), 't', num(b.ts))
+  elseif b.alg == 's' then
+    if #b.stale > 0 then redis.call('HDEL', b.key, unpack(b.stale)) end
+    if b.sum <= 0 then
+      redis.call('DEL', b.key)
+      return
+    end
+    local kept = {}
+    for _, s in ipairs(b.slots) do
+      if s[3] then
+        if s[2] > 0 then
+          redis.call('HSET', b.key, num(s[1]), num(s[2]))
+        else
+          redis.call('HDEL', b.key, num(s[1]))
+        end
+      end
+      if s[2] > 0 then kept[#kept + 1] = s end
+    end
+    b.slots = kept
+  else
+    if b.used <= 0 then
+      redis.call('DEL', b.key)
+      return
+    end
+    redis.call('HSET', b.key, 'u', num(b.used), 'p', num(b.p))
+  end
+  local live = reset_of(b)
+  if b.alg == 'd' or b.alg == 'm' then
+    -- A quota is full again once its debt is paid off: ceil(used / limit) periods ahead.
+    live = period_start(b.alg, b.p + math.ceil(b.used / b.limit)) - now
+  end
+  redis.call('PEXPIRE', b.key, math.ceil(live / 1000) + MARGIN_MS)
+end
+
+-- Add amount to the sub-window holding time at (keeping slots sorted and marking it dirty).
+local function slot_add(b, at, amount)
+  local idx = math.floor(at / b.w)
+  local pos = #b.slots + 1
+  for x, s in ipairs(b.slots) do
+    if s[1] == idx then
+      s[2], s[3] = s[2] + amount, true
+      b.sum = b.sum + amount
+      return
+    end
+    if s[1] > idx then
+      pos = x
+      break
+    end
+  end
+  table.insert(b.slots, pos, { idx, amount, true })
+  b.sum = b.sum + amount
+end
+
+if op == 'A' then
+  for _, b in ipairs(bs) do
+    local d = b.amount
+    if b.alg == 't' then
+      b.level = b.level + d
+      if b.level > b.cap then b.level = b.cap end
+    elseif b.alg == 's' then
+      if d < 0 then
+        slot_add(b, now, -d)
+      else
+        -- A refund gives back the most recent admissions first.
+        for x = #b.slots, 1, -1 do
+          if d <= 0 then break end
+          local s = b.slots[x]
+          local take = math.min(s[2], d)
+          s[2], s[3], d, b.sum = s[2] - take, true, d - take, b.sum - take
+        end
+      end
+    else
+      b.used = math.max(0, b.used - d)
+    end
+    store(b)
+  end
+  return n
+end
+
+-- Take: per-bucket wait (or impossibility), then one decision for all.
+local outcome, blocking, wait = 0, -1, 0
+for i, b in ipairs(bs) do
+  local need = b.amount + b.reserve
+  b.wait = 0
+  if need > b.cap then
+    if outcome ~= 3 then outcome, blocking = 3, i - 1 end
+  elseif b.alg == 't' then
+    if b.level < need - b.cap * EPS then
+      b.wait = math.ceil((need - b.level) * b.period / b.limit)
+    end
+  elseif b.alg == 's' then
+    if b.sum + need > b.cap then
+      -- Wait for the oldest sub-windows to leave the window until the cost fits.
+      local left = b.sum
+      for _, s in ipairs(b.slots) do
+        left = left - s[2]
+        if left + need <= b.cap then
+          b.wait = (s[1] + SLOTS + 1) * b.w - now
+          break
+        end
+      end
+    end
+  else
+    if b.used + need > b.cap then
+      local ahead = math.ceil((b.used + need - b.cap) / b.limit)
+      b.wait = period_start(b.alg, b.p + ahead) - now
+    end
+  end
+  if outcome ~= 3 and b.wait > wait then
+    wait, blocking = b.wait, i - 1
+  end
+end
+
+if outcome ~= 3 and wait > 0 then
+  if max_wait > 0 and wait <= max_wait then outcome = 1 else outcome = 2 end
+end
+if outcome == 3 then wait = 0 end
+
+if outcome <= 1 then
+  for _, b in ipairs(bs) do
+    if b.amount > 0 then
+      if b.alg == 't' then
+        b.level = b.level - b.amount
+      elseif b.alg == 's' then
+        -- Admitted as of when the caller proceeds, so it leaves the window a full period later.
+        slot_add(b, now + wait, b.amount)
+      else
+        b.used = b.used + b.amount
+      end
+      store(b)
+    end
+  end
+end
+
+local reply = { outcome, blocking, wait }
+for _, b in ipairs(bs) do
+  reply[#reply + 1] = remaining_of(b)
+  reply[#reply + 1] = b.cap
+  reply[#reply + 1] = reset_of(b)
+  reply[#reply + 1] = b.wait
+end
+return reply

@@ -1,0 +1,574 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
+)
+
+// t0 is the conformance suite's start time: a whole second (so sub-windows of whole seconds start
+// on it), one minute before midnight UTC, in a leap February.
+var t0 = time.Date(2024, 2, 28, 23, 59, 0, 0, time.UTC)
+
+// backend builds a fresh, isolated store on a manual clock.
+type backend struct {
+	name     string
+	newStore func(now func() time.Time) store
+}
+
+// TestConformance runs every behaviour against the Memory store, a real redis-server and a real
+// 3-master Redis Cluster, all on a manual clock (the Redis stores run the production script with
+// TIME replaced; see fakeTimePrelude). Real-time behaviour (TIME, contention, Retry-After with real
+// sleeps) is tested in redis_test.go.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t)
+	single, err := NewClient(srv.URL(), ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = single.Close() })
+	cluster, err := NewClient(cl.URL(), ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+
+	backends := []backend{
+		{"memory", func(now func() time.Time) store { return NewMemory(MemoryOptions{Now: now}) }},
+		{"redis", func(now func() time.Time) store {
+			return newFakeTimeRedis(single, RedisOptions{Prefix: uniquePrefix()}, now)
+		}},
+		{"cluster", func(now func() time.Time) store {
+			return newFakeTimeRedis(cluster, RedisOptions{Prefix: uniquePrefix()}, now)
+		}},
+	}
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range conformance {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					clk := newClock(t0)
+					c.run(t, be.newStore(clk.Now), clk)
+				})
+			}
+		})
+	}
+}
+
+var conformance = []struct {
+	name string
+	run  func(t *testing.T, s store, clk *clock)
+}{
+	{"token_bucket/take_deny_retry", testTokenBucketTakeDenyRetry},
+	{"token_bucket/burst_and_refill", testTokenBucketBurstAndRefill},
+	{"token_bucket/large_numbers", testTokenBucketLargeNumbers},
+	{"sliding_window/take_deny_retry", testSlidingWindowTakeDenyRetry},
+	{"sliding_window/error_bound", testSlidingWindowErrorBound},
+	{"quota/day", testQuotaDay},
+	{"quota/month", testQuotaMonth},
+	{"all_or_nothing", testAllOrNothing},
+	{"wait_is_max", testWaitIsMax},
+	{"impossible", testImpossible},
+	{"reservation/token_bucket", testReservationTokenBucket},
+	{"reservation/sliding_window", testReservationSlidingWindow},
+	{"reservation/quota", testReservationQuota},
+	{"priority_floor", testPriorityFloor},
+	{"adjust/token_bucket", testAdjustTokenBucket},
+	{"adjust/sliding_window", testAdjustSlidingWindow},
+	{"adjust/quota", testAdjustQuota},
+	{"cost_zero_and_debt", testCostZeroAndDebt},
+	{"clock_backwards", testClockBackwards},
+	{"hostile_keys", testHostileKeys},
+	{"invalid", testInvalid},
+}
+
+// check compares a result with want; durations may differ by one microsecond, the resolution of
+// the clocks, since waits are rounded up from floats.
+func check(t *testing.T, what string, got, want Result) {
+	t.Helper()
+	opt := cmp.Comparer(func(a, b time.Duration) bool {
+		d := a - b
+		return d >= -time.Microsecond && d <= time.Microsecond
+	})
+	if diff := cmp.Diff(want, got, opt); diff != "" {
+		t.Fatalf("%s: result mismatch (-want +got):\n%s", what, diff)
+	}
+}
+
+func allowed(states ...State) Result {
+	return Result{Outcome: Allowed, Blocking: -1, Buckets: states}
+}
+
+func testTokenBucketTakeDenyRetry(t *testing.T, s store, clk *clock) {
+	spec := tokenBucket("tpm", 10, time.Minute, 3) // a token every 6 s
+	check(t, "first take", take(t, s, req(spec)), allowed(State{Remaining: 7, Limit: 10, Reset: 18 * time.Second}))
+	check(t, "drain", take(t, s, req(with(spec, 7))), allowed(State{Remaining: 0, Limit: 10, Reset: time.Minute}))
+	denied := Result{Outcome: Denied, Wait: 24 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 10, Reset: time.Minute, Wait: 24 * time.Second}}}
+	check(t, "deny", take(t, s, req(with(spec, 4))), denied)
+	check(t, "deny does not debit", take(t, s, req(with(spec, 4))), denied)
+
+	clk.Advance(24 * time.Second * 95 / 100)
+	if res := take(t, s, req(with(spec, 4))); res.Outcome != Denied || res.Wait > 1200*time.Millisecond+time.Microsecond || res.Wait < 1200*time.Millisecond {
+		t.Fatalf("at 95%% of the wait: %+v, want denied with 1.2 s left", res)
+	}
+	clk.Advance(24*time.Second*5/100 - time.Microsecond)
+	if res := take(t, s, req(with(spec, 4))); res.Outcome != Denied {
+		t.Fatalf("1 µs before the wait: %+v, want denied", res)
+	}
+	clk.Advance(time.Microsecond)
+	check(t, "retry at the wait", take(t, s, req(with(spec, 4))), allowed(State{Remaining: 0, Limit: 10, Reset: time.Minute}))
+}
+
+func testTokenBucketBurstAndRefill(t *testing.T, s store, clk *clock) {
+	spec := tokenBucket("tpm", 10, time.Minute, 20)
+	spec.Burst = 20
+	check(t, "burst", take(t, s, req(spec)), allowed(State{Remaining: 0, Limit: 20, Reset: 2 * time.Minute}))
+	for _, step := range []struct {
+		advance time.Duration
+		want    int64
+	}{{time.Second, 0}, {5 * time.Second, 1}, {54 * time.Second, 10}, {59 * time.Second, 19}, {time.Second, 20}, {time.Hour, 20}} {
+		clk.Advance(step.advance)
+		if got := remaining(t, s, "p", spec); got != step.want {
+			t.Fatalf("after %v more: remaining %d, want %d", step.advance, got, step.want)
+		}
+	}
+}
+
+func testTokenBucketLargeNumbers(t *testing.T, s store, clk *clock) {
+	// 1e9 tokens a month: a token every 2678.4 µs.
+	month := tokenBucket("month", 1e9, MaxPeriod, 1e9)
+	check(t, "drain 1e9", take(t, s, req(month)), allowed(State{Remaining: 0, Limit: 1e9, Reset: MaxPeriod}))
+	res := take(t, s, req(with(month, 1)))
+	if res.Outcome != Denied || res.Wait != 2679*time.Microsecond {
+		t.Fatalf("one token: %+v, want denied for 2679 µs", res)
+	}
+	clk.Advance(MaxPeriod / 2)
+	if got := remaining(t, s, "p", month); got != 5e8 {
+		t.Fatalf("after half the period: remaining %d, want 500000000", got)
+	}
+	for i := range 100 {
+		if res := take(t, s, req(with(month, 1))); res.Outcome != Allowed || res.Buckets[0].Remaining != 5e8-int64(i)-1 {
+			t.Fatalf("take %d of 1: %+v", i, res)
+		}
+	}
+
+	// 1e12 tokens a second: a token every picosecond.
+	fast := tokenBucket("fast", MaxAmount, MinPeriod, MaxAmount)
+	check(t, "drain 1e12", take(t, s, req(fast)), allowed(State{Remaining: 0, Limit: MaxAmount, Reset: time.Second}))
+	check(t, "deny 1e12", take(t, s, req(fast)), Result{Outcome: Denied, Wait: time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: MaxAmount, Reset: time.Second, Wait: time.Second}}})
+	clk.Advance(time.Second)
+	check(t, "retry 1e12", take(t, s, req(fast)), allowed(State{Remaining: 0, Limit: MaxAmount, Reset: time.Second}))
+	clk.Advance(time.Microsecond)
+	if got := remaining(t, s, "p", fast); got != 1e6 {
+		t.Fatalf("1 µs after draining 1e12/s: remaining %d, want 1000000", got)
+	}
+}
+
+func testSlidingWindowTakeDenyRetry(t *testing.T, s store, clk *clock) {
+	spec := slidingWindow("rpm", 10, 10*time.Second, 6) // sub-windows of 1 s
+	check(t, "first", take(t, s, req(spec)), allowed(State{Remaining: 4, Limit: 10, Reset: 11 * time.Second}))
+	clk.Advance(4500 * time.Millisecond)
+	check(t, "fill", take(t, s, req(with(spec, 4))), allowed(State{Remaining: 0, Limit: 10, Reset: 10500 * time.Millisecond}))
+	// The 6 leave the window when the sub-window after t0+10 s starts, at t0+11 s.
+	check(t, "deny", take(t, s, req(with(spec, 1))), Result{Outcome: Denied, Wait: 6500 * time.Millisecond, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 10, Reset: 10500 * time.Millisecond, Wait: 6500 * time.Millisecond}}})
+	// Needing more than the oldest sub-window frees waits for the next one.
+	check(t, "deny 7", take(t, s, req(with(spec, 7))), Result{Outcome: Denied, Wait: 10500 * time.Millisecond, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 10, Reset: 10500 * time.Millisecond, Wait: 10500 * time.Millisecond}}})
+	clk.Advance(6500*time.Millisecond - time.Microsecond)
+	if res := take(t, s, req(with(spec, 1))); res.Outcome != Denied || res.Wait != time.Microsecond {
+		t.Fatalf("1 µs early: %+v, want denied for 1 µs", res)
+	}
+	clk.Advance(time.Microsecond)
+	check(t, "retry", take(t, s, req(with(spec, 6))), allowed(State{Remaining: 0, Limit: 10, Reset: 11 * time.Second}))
+}
+
+// testSlidingWindowErrorBound drives random traffic and checks the documented bound against an
+// exact log: no rolling window of Period ever admits more than Limit, and every denial is justified
+// by the admissions of the last Period + Period/SlidingWindows.
+func testSlidingWindowErrorBound(t *testing.T, s store, clk *clock) {
+	const limit = 20
+	period := 2 * time.Second
+	sub := period / SlidingWindows
+	spec := slidingWindow("rpm", limit, period, 1)
+	type admission struct {
+		at   time.Time
+		cost int64
+	}
+	var log []admission
+	sumSince := func(from, to time.Time) (n int64) { // admissions in (from, to]
+		for _, a := range log {
+			if a.at.After(from) && !a.at.After(to) {
+				n += a.cost
+			}
+		}
+		return n
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var admitted, denied int
+	for range 300 {
+		clk.Advance(time.Duration(rng.IntN(150_000)) * time.Microsecond)
+		now := clk.Now()
+		cost := int64(1 + rng.IntN(4))
+		res := take(t, s, req(with(spec, cost)))
+		switch res.Outcome {
+		case Allowed:
+			admitted++
+			log = append(log, admission{now, cost})
+			if n := sumSince(now.Add(-period), now); n > limit {
+				t.Fatalf("at %v: %d admitted in the last %v, limit %d", now.Sub(t0), n, period, limit)
+			}
+		case Denied:
+			denied++
+			if n := sumSince(now.Add(-period-sub), now); n+cost <= limit {
+				t.Fatalf("at %v: denied %d with only %d admitted in the last %v", now.Sub(t0), cost, n, period+sub)
+			}
+			if res.Wait <= 0 || res.Wait > period+sub {
+				t.Fatalf("at %v: wait %v outside (0, %v]", now.Sub(t0), res.Wait, period+sub)
+			}
+		default:
+			t.Fatalf("unexpected %v", res.Outcome)
+		}
+	}
+	if admitted < 50 || denied < 50 {
+		t.Fatalf("admitted %d, denied %d: the traffic does not exercise the limit", admitted, denied)
+	}
+}
+
+func testQuotaDay(t *testing.T, s store, clk *clock) {
+	spec := quota("day", 100, Day, 100)
+	check(t, "use all", take(t, s, req(spec)), allowed(State{Remaining: 0, Limit: 100, Reset: time.Minute}))
+	check(t, "deny", take(t, s, req(with(spec, 1))), Result{Outcome: Denied, Wait: time.Minute, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 100, Reset: time.Minute, Wait: time.Minute}}})
+	clk.Advance(time.Minute - time.Microsecond)
+	if res := take(t, s, req(with(spec, 1))); res.Outcome != Denied || res.Wait != time.Microsecond {
+		t.Fatalf("1 µs before midnight: %+v", res)
+	}
+	clk.Advance(time.Microsecond)
+	check(t, "after midnight", take(t, s, req(with(spec, 1))), allowed(State{Remaining: 99, Limit: 100, Reset: 24 * time.Hour}))
+}
+
+func testQuotaMonth(t *testing.T, s store, clk *clock) {
+	for i, at := range []time.Time{
+		time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2000, 2, 29, 10, 0, 0, 0, time.UTC),
+		time.Date(2024, 2, 29, 12, 0, 0, 0, time.UTC),
+		time.Date(2024, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(2025, 1, 31, 0, 0, 0, 0, time.UTC),
+		time.Date(2100, 2, 28, 0, 0, 0, 0, time.UTC),
+		time.Date(2255, 1, 15, 7, 8, 9, 0, time.UTC),
+	} {
+		clk.Set(at)
+		spec := quota("month"+string(rune('a'+i)), 5, Month, 5)
+		next := time.Date(at.Year(), at.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+		check(t, at.String(), take(t, s, req(spec)), allowed(State{Remaining: 0, Limit: 5, Reset: next.Sub(at)}))
+		if res := take(t, s, req(with(spec, 1))); res.Outcome != Denied || res.Wait != next.Sub(at) {
+			t.Fatalf("%v: %+v, want denied until %v", at, res, next)
+		}
+		clk.Set(next)
+		if got := remaining(t, s, "p", spec); got != 5 {
+			t.Fatalf("%v: remaining %d on %v, want 5", at, got, next)
+		}
+	}
+}
+
+func testAllOrNothing(t *testing.T, s store, clk *clock) {
+	a := tokenBucket("a", 100, time.Minute, 10)
+	b := tokenBucket("b", 5, time.Minute, 5)
+	take(t, s, req(b))
+	check(t, "b cannot pay", take(t, s, req(a, with(b, 1))), Result{Outcome: Denied, Wait: 12 * time.Second, Blocking: 1,
+		Buckets: []State{
+			{Remaining: 100, Limit: 100},
+			{Remaining: 0, Limit: 5, Reset: time.Minute, Wait: 12 * time.Second},
+		}})
+	if got := remaining(t, s, "p", a); got != 100 {
+		t.Fatalf("a was debited by a denied decision: remaining %d", got)
+	}
+	clk.Advance(12 * time.Second)
+	check(t, "both pay", take(t, s, req(a, with(b, 1))), allowed(
+		State{Remaining: 90, Limit: 100, Reset: 6 * time.Second},
+		State{Remaining: 0, Limit: 5, Reset: time.Minute},
+	))
+}
+
+func testWaitIsMax(t *testing.T, s store, clk *clock) {
+	a := tokenBucket("a", 10, time.Minute, 10)
+	b := slidingWindow("b", 5, 10*time.Second, 5)
+	c := quota("c", 1000, Day, 0)
+	take(t, s, req(a, b))
+	want := Result{Outcome: Denied, Wait: 11 * time.Second, Blocking: 1, Buckets: []State{
+		{Remaining: 0, Limit: 10, Reset: time.Minute, Wait: 6 * time.Second},
+		{Remaining: 0, Limit: 5, Reset: 11 * time.Second, Wait: 11 * time.Second},
+		{Remaining: 1000, Limit: 1000, Reset: time.Minute},
+	}}
+	check(t, "deny", take(t, s, req(with(a, 1), with(b, 1), c)), want)
+	clk.Advance(11*time.Second - time.Microsecond)
+	if res := take(t, s, req(with(a, 1), with(b, 1), c)); res.Outcome != Denied || res.Blocking != 1 {
+		t.Fatalf("1 µs early: %+v", res)
+	}
+	clk.Advance(time.Microsecond)
+	if res := take(t, s, req(with(a, 1), with(b, 1), c)); res.Outcome != Allowed {
+		t.Fatalf("at the wait: %+v", res)
+	}
+}
+
+func testImpossible(t *testing.T, s store, clk *clock) {
+	a := tokenBucket("a", 10, time.Minute, 10)
+	take(t, s, req(a)) // a must wait, but impossibility wins
+	for _, spec := range []Spec{
+		tokenBucket("tb", 10, time.Minute, 11),
+		{Name: "burst", Limit: 10, Burst: 15, Period: time.Minute, Cost: 16},
+		slidingWindow("sw", 10, time.Minute, 11),
+		quota("q", 10, Month, 11),
+		{Name: "floor", Limit: 10, Period: time.Minute, Cost: 6, Floor: 0.5},
+	} {
+		want := Result{Outcome: Impossible, Blocking: 1, Buckets: []State{
+			{Remaining: 0, Limit: 10, Reset: time.Minute, Wait: 6 * time.Second},
+			{Remaining: spec.Capacity(), Limit: spec.Capacity()},
+		}}
+		if spec.Algorithm == Quota {
+			want.Buckets[1].Reset = 24*time.Hour + time.Minute // until 1 March
+		}
+		check(t, spec.Name, take(t, s, req(with(a, 1), spec)), want)
+		spec.Cost--
+		if res := take(t, s, req(spec)); res.Outcome != Allowed {
+			t.Fatalf("%s: a cost of capacity (above the floor) is not admitted: %+v", spec.Name, res)
+		}
+	}
+}
+
+func testReservationTokenBucket(t *testing.T, s store, clk *clock) {
+	spec := tokenBucket("rps", 60, time.Minute, 60) // a token a second
+	take(t, s, req(spec))
+	r := func(cost int64, maxWait time.Duration) *Request {
+		return &Request{Tag: "p", Buckets: []Spec{with(spec, cost)}, MaxWait: maxWait}
+	}
+	check(t, "first in line", take(t, s, r(5, 10*time.Second)), Result{Outcome: Delayed, Wait: 5 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -5, Limit: 60, Reset: 65 * time.Second, Wait: 5 * time.Second}}})
+	check(t, "second in line", take(t, s, r(5, 10*time.Second)), Result{Outcome: Delayed, Wait: 10 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -10, Limit: 60, Reset: 70 * time.Second, Wait: 10 * time.Second}}})
+	check(t, "beyond max wait", take(t, s, r(1, 10*time.Second)), Result{Outcome: Denied, Wait: 11 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -10, Limit: 60, Reset: 70 * time.Second, Wait: 11 * time.Second}}})
+	clk.Advance(10 * time.Second)
+	check(t, "after the reservations", take(t, s, r(1, 0)), Result{Outcome: Denied, Wait: time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 60, Reset: time.Minute, Wait: time.Second}}})
+}
+
+func testReservationSlidingWindow(t *testing.T, s store, clk *clock) {
+	spec := slidingWindow("rpm", 10, 10*time.Second, 10)
+	take(t, s, req(spec))
+	r := func(cost int64) *Request {
+		return &Request{Tag: "p", Buckets: []Spec{with(spec, cost)}, MaxWait: 20 * time.Second}
+	}
+	// The reservation is admitted in the sub-window where it proceeds (t0+11 s), so it stays in the
+	// window until t0+22 s, and the next caller waits for that.
+	check(t, "first", take(t, s, r(5)), Result{Outcome: Delayed, Wait: 11 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -5, Limit: 10, Reset: 22 * time.Second, Wait: 11 * time.Second}}})
+	check(t, "second", take(t, s, r(5)), Result{Outcome: Delayed, Wait: 11 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -10, Limit: 10, Reset: 22 * time.Second, Wait: 11 * time.Second}}})
+	check(t, "third", take(t, s, r(1)), Result{Outcome: Denied, Wait: 22 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -10, Limit: 10, Reset: 22 * time.Second, Wait: 22 * time.Second}}})
+	clk.Advance(11 * time.Second)
+	if got := remaining(t, s, "p", spec); got != 0 {
+		t.Fatalf("when the reservations proceed: remaining %d, want 0", got)
+	}
+}
+
+func testReservationQuota(t *testing.T, s store, clk *clock) {
+	spec := quota("day", 10, Day, 10)
+	take(t, s, req(spec))
+	r := func(cost int64) *Request {
+		return &Request{Tag: "p", Buckets: []Spec{with(spec, cost)}, MaxWait: 2 * time.Minute}
+	}
+	check(t, "tomorrow", take(t, s, r(5)), Result{Outcome: Delayed, Wait: time.Minute, Blocking: 0,
+		Buckets: []State{{Remaining: -5, Limit: 10, Reset: time.Minute, Wait: time.Minute}}})
+	check(t, "the day after", take(t, s, r(6)), Result{Outcome: Denied, Wait: 24*time.Hour + time.Minute, Blocking: 0,
+		Buckets: []State{{Remaining: -5, Limit: 10, Reset: time.Minute, Wait: 24*time.Hour + time.Minute}}})
+	clk.Advance(time.Minute)
+	if got := remaining(t, s, "p", spec); got != 5 {
+		t.Fatalf("tomorrow: remaining %d, want 5 (the reservation counts against it)", got)
+	}
+}
+
+func testPriorityFloor(t *testing.T, s store, clk *clock) {
+	high := tokenBucket("tpm", 100, time.Minute, 30) // 100 tokens a minute: 0.6 s a token
+	low := high
+	low.Floor = 0.5
+	check(t, "low above the floor", take(t, s, req(low)), allowed(State{Remaining: 70, Limit: 100, Reset: 18 * time.Second}))
+	check(t, "low below the floor", take(t, s, req(low)), Result{Outcome: Denied, Wait: 6 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 70, Limit: 100, Reset: 18 * time.Second, Wait: 6 * time.Second}}})
+	check(t, "high ignores the floor", take(t, s, req(high)), allowed(State{Remaining: 40, Limit: 100, Reset: 36 * time.Second}))
+	check(t, "low waits for the floor", take(t, s, req(with(low, 1))), Result{Outcome: Denied, Wait: 6600 * time.Millisecond, Blocking: 0,
+		Buckets: []State{{Remaining: 40, Limit: 100, Reset: 36 * time.Second, Wait: 6600 * time.Millisecond}}})
+	for _, spec := range []Spec{slidingWindow("sw", 100, time.Minute, 30), quota("q", 100, Day, 30)} {
+		spec.Floor = 0.5
+		if res := take(t, s, req(spec)); res.Outcome != Allowed {
+			t.Fatalf("%s: low above the floor: %+v", spec.Name, res)
+		}
+		if res := take(t, s, req(spec)); res.Outcome != Denied {
+			t.Fatalf("%s: low below the floor: %+v", spec.Name, res)
+		}
+		spec.Floor = 0
+		if res := take(t, s, req(spec)); res.Outcome != Allowed || res.Buckets[0].Remaining != 40 {
+			t.Fatalf("%s: high: %+v", spec.Name, res)
+		}
+	}
+}
+
+func testAdjustTokenBucket(t *testing.T, s store, clk *clock) {
+	spec := tokenBucket("tpm", 10, time.Minute, 8)
+	take(t, s, req(spec))
+	for _, step := range []struct {
+		delta int64
+		want  int64
+	}{{5, 7}, {100, 10}, {-15, -5}} {
+		adjust(t, s, "p", Adjustment{Spec: spec, Delta: step.delta})
+		if got := remaining(t, s, "p", spec); got != step.want {
+			t.Fatalf("after adjusting by %d: remaining %d, want %d", step.delta, got, step.want)
+		}
+	}
+	check(t, "in debt", take(t, s, req(with(spec, 1))), Result{Outcome: Denied, Wait: 36 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -5, Limit: 10, Reset: 90 * time.Second, Wait: 36 * time.Second}}})
+}
+
+func testAdjustSlidingWindow(t *testing.T, s store, clk *clock) {
+	spec := slidingWindow("rpm", 10, 10*time.Second, 6)
+	take(t, s, req(spec))
+	clk.Advance(2 * time.Second)
+	take(t, s, req(with(spec, 3)))
+	// The refund gives back the 3 taken at t0+2 s, then 1 of the 6 taken at t0.
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 4})
+	if got := remaining(t, s, "p", spec); got != 5 {
+		t.Fatalf("after the refund: remaining %d, want 5", got)
+	}
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: -7})
+	check(t, "in debt", take(t, s, req(with(spec, 1))), Result{Outcome: Denied, Wait: 9 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -2, Limit: 10, Reset: 11 * time.Second, Wait: 9 * time.Second}}})
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 100})
+	if got := remaining(t, s, "p", spec); got != 10 {
+		t.Fatalf("after refunding everything: remaining %d, want 10", got)
+	}
+}
+
+func testAdjustQuota(t *testing.T, s store, clk *clock) {
+	spec := quota("day", 10, Day, 4)
+	take(t, s, req(spec))
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 10})
+	if got := remaining(t, s, "p", spec); got != 10 {
+		t.Fatalf("refund above capacity: remaining %d, want 10", got)
+	}
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: -25})
+	// 25 used of 10 a day: 15 carried into tomorrow, 5 into the day after, when 1 more fits.
+	check(t, "in debt", take(t, s, req(with(spec, 1))), Result{Outcome: Denied, Wait: 24*time.Hour + time.Minute, Blocking: 0,
+		Buckets: []State{{Remaining: -15, Limit: 10, Reset: time.Minute, Wait: 24*time.Hour + time.Minute}}})
+	clk.Advance(time.Minute)
+	if got := remaining(t, s, "p", spec); got != -5 {
+		t.Fatalf("tomorrow: remaining %d, want -5", got)
+	}
+}
+
+func testCostZeroAndDebt(t *testing.T, s store, clk *clock) {
+	spec := tokenBucket("tpm", 10, time.Minute, 0)
+	check(t, "zero cost on a new bucket", take(t, s, req(spec)), allowed(State{Remaining: 10, Limit: 10}))
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: -11})
+	// A bucket in debt admits nothing, not even a zero cost, until the debt is paid.
+	check(t, "zero cost in debt", take(t, s, req(spec)), Result{Outcome: Denied, Wait: 6 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -1, Limit: 10, Reset: 66 * time.Second, Wait: 6 * time.Second}}})
+	clk.Advance(66 * time.Second)
+	check(t, "full again", take(t, s, req(spec)), allowed(State{Remaining: 10, Limit: 10}))
+}
+
+func testClockBackwards(t *testing.T, s store, clk *clock) {
+	spec := tokenBucket("tpm", 10, time.Minute, 10)
+	take(t, s, req(spec))
+	clk.Advance(-time.Hour) // a failover to a server whose clock is behind
+	if res := take(t, s, req(with(spec, 1))); res.Outcome != Denied {
+		t.Fatalf("clock went back an hour: %+v, want denied (no refill)", res)
+	}
+	clk.Advance(time.Hour + 6*time.Second)
+	if res := take(t, s, req(with(spec, 1))); res.Outcome != Allowed || res.Buckets[0].Remaining != 0 {
+		t.Fatalf("clock caught up: %+v, want one token refilled", res)
+	}
+}
+
+// testHostileKeys checks that user-controlled tags and names cannot collide or break the hash tag:
+// every (tag, name) pair is its own bucket, and a decision over hostile names is one slot (a
+// cluster would answer CROSSSLOT otherwise).
+func testHostileKeys(t *testing.T, s store, clk *clock) {
+	long := strings.Repeat("x", 10<<10)
+	parts := []string{"", "a", "a}{b", "a}", "{a", "{}", "a\nb", "a\r\n", "%", "%25", "#", "a b", "ü", long, long + "y", "\x00"}
+	tags := []string{"", "}{", "a}{b", "{", "\n", long}
+	for _, tag := range tags {
+		var specs []Spec
+		for _, name := range parts {
+			specs = append(specs, tokenBucket(name, 1, time.Hour, 1))
+		}
+		specs = append(specs, slidingWindow("a", 1, time.Hour, 1)) // same name, other algorithm
+		r := &Request{Tag: tag, Buckets: specs}
+		if res := take(t, s, r); res.Outcome != Allowed {
+			t.Fatalf("tag %.20q: first take of %d distinct buckets: %+v", tag, len(specs), res)
+		}
+		for i := range specs {
+			res := take(t, s, &Request{Tag: tag, Buckets: specs[i : i+1]})
+			if res.Outcome != Denied {
+				t.Fatalf("tag %.20q name %.20q: second take %v, want denied", tag, specs[i].Name, res.Outcome)
+			}
+		}
+	}
+	// Fresh tags: if two tags collided, their buckets would already be empty.
+	for _, tag := range []string{"x", "x}", "{x", "x\n", long + "z"} {
+		if res := take(t, s, &Request{Tag: tag, Buckets: []Spec{tokenBucket("a", 1, time.Hour, 1)}}); res.Outcome != Allowed {
+			t.Fatalf("tag %.20q collides: %+v", tag, res)
+		}
+	}
+}
+
+func testInvalid(t *testing.T, s store, clk *clock) {
+	ok := tokenBucket("a", 10, time.Minute, 1)
+	for name, r := range map[string]*Request{
+		"no buckets":       {Tag: "p"},
+		"too many buckets": {Tag: "p", Buckets: make([]Spec, MaxBuckets+1)},
+		"negative wait":    {Tag: "p", Buckets: []Spec{ok}, MaxWait: -1},
+		"zero limit":       req(tokenBucket("a", 0, time.Minute, 1)),
+		"huge limit":       req(tokenBucket("a", MaxAmount+1, time.Minute, 1)),
+		"negative cost":    req(with(ok, -1)),
+		"huge cost":        req(with(ok, MaxAmount+1)),
+		"short period":     req(tokenBucket("a", 10, time.Second-1, 1)),
+		"long period":      req(slidingWindow("a", 10, MaxPeriod+1, 1)),
+		"nan floor":        req(Spec{Name: "a", Limit: 1, Period: time.Second, Floor: math.NaN()}),
+		"floor above 1":    req(Spec{Name: "a", Limit: 1, Period: time.Second, Floor: 1.5}),
+		"negative burst":   req(Spec{Name: "a", Limit: 1, Period: time.Second, Burst: -1}),
+		"bad algorithm":    req(Spec{Name: "a", Limit: 1, Period: time.Second, Algorithm: 9}),
+		"bad calendar":     req(Spec{Name: "a", Limit: 1, Algorithm: Quota, Calendar: 9}),
+		"duplicate":        req(ok, ok),
+	} {
+		if _, err := s.Take(context.Background(), r); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Take error %v, want ErrInvalid", name, err)
+		}
+	}
+	for name, adj := range map[string][]Adjustment{
+		"none":       nil,
+		"huge delta": {{Spec: ok, Delta: -MaxAmount - 1}},
+		"duplicate":  {{Spec: ok, Delta: 1}, {Spec: ok, Delta: 2}},
+	} {
+		if err := s.Adjust(context.Background(), "p", adj); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Adjust error %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := s.Ping(context.Background()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+}

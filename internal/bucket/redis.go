@@ -1,0 +1,202 @@
+package bucket
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed bucket.lua
+var scriptSource string
+
+// script is shared by every Redis store: go-redis computes its SHA-1 once.
+var script = redis.NewScript(scriptSource)
+
+// RedisOptions configures a Redis store.
+type RedisOptions struct {
+	// Prefix starts every key (for example "rl:"), so that several deployments or tests can share a
+	// server. Braces are escaped: the hash tag is always the request's Tag.
+	Prefix string
+}
+
+// Redis keeps buckets in Redis (a single node, a Sentinel-managed master or a Redis Cluster) and
+// decides with one EVALSHA of bucket.lua per call. It is safe for concurrent use by any number of
+// goroutines and processes: the script is atomic on the server.
+type Redis struct {
+	client redis.UniversalClient
+	prefix string
+	script *redis.Script
+	// now, when set, replaces the server's TIME inside the script; tests only (see redis_test.go).
+	now func() time.Time
+}
+
+// NewRedis returns a store on client. The client is the caller's to close.
+func NewRedis(client redis.UniversalClient, opts RedisOptions) *Redis {
+	return &Redis{client: client, prefix: cleanPrefix(opts.Prefix), script: script}
+}
+
+// Ping checks that Redis answers.
+func (s *Redis) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("bucket: ping redis: %w", err)
+	}
+	return nil
+}
+
+// Take decides req in one round trip: every bucket pays its cost now (Allowed), or in advance
+// within req.MaxWait (Delayed), or none does (Denied, Impossible). An over-limit request is a
+// Result, never an error; errors are invalid requests (ErrInvalid), Redis failures and malformed
+// replies (ErrReply). If the reply to a Take that Redis executed is lost, go-redis may retry it and
+// debit twice: an over-charge, never an over-admission.
+func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	n := len(req.Buckets)
+	keys := s.keys(req.Tag, n, func(i int) *Spec { return &req.Buckets[i] })
+
+	var buf [512]byte
+	a := append(buf[:0], 'T', ' ')
+	a = strconv.AppendInt(a, int64(req.MaxWait/time.Microsecond), 10)
+	for i := range req.Buckets {
+		b := &req.Buckets[i]
+		a = appendParams(a, paramsOf(b, b.Cost))
+	}
+	v, err := s.run(ctx, keys, a)
+	if err != nil {
+		return Result{}, err
+	}
+	return parseTake(v, n)
+}
+
+// Adjust applies every adjustment in one round trip: a positive Delta refunds (never above
+// capacity), a negative one charges (into debt if need be). tag must be the Request.Tag the
+// buckets were taken under.
+func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error {
+	if err := validateAdjustments(adj); err != nil {
+		return err
+	}
+	keys := s.keys(tag, len(adj), func(i int) *Spec { return &adj[i].Spec })
+	var buf [512]byte
+	a := append(buf[:0], "A 0"...)
+	for i := range adj {
+		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta))
+	}
+	v, err := s.run(ctx, keys, a)
+	if err != nil {
+		return err
+	}
+	if got, ok := v.(int64); !ok || got != int64(len(adj)) {
+		return fmt.Errorf("%w: adjust returned %v (%T), want %d", ErrReply, v, v, len(adj))
+	}
+	return nil
+}
+
+// keys builds every key of a call in one allocation (the keys share the backing string).
+func (s *Redis) keys(tag string, n int, spec func(int) *Spec) []string {
+	size := 0
+	for i := range n {
+		size += keyLen(s.prefix, tag, spec(i))
+	}
+	var all strings.Builder
+	all.Grow(size)
+	var scratch [256]byte
+	var ends [MaxBuckets]int
+	for i := range n {
+		all.Write(appendKey(scratch[:0], s.prefix, tag, spec(i)))
+		ends[i] = all.Len()
+	}
+	joined := all.String()
+	keys := make([]string, n)
+	start := 0
+	for i := range n {
+		keys[i] = joined[start:ends[i]]
+		start = ends[i]
+	}
+	return keys
+}
+
+// run executes the script: EVALSHA, and EVAL when the server lost its script cache (restart,
+// failover, SCRIPT FLUSH), which loads it again.
+func (s *Redis) run(ctx context.Context, keys []string, argv []byte) (any, error) {
+	var cmd *redis.Cmd
+	if s.now == nil {
+		cmd = s.script.Run(ctx, s.client, keys, string(argv))
+	} else {
+		t := s.now()
+		cmd = s.script.Run(ctx, s.client, keys, string(argv), t.Unix(), t.Nanosecond()/1000)
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, fmt.Errorf("bucket: eval script: %w", err)
+	}
+	return v, nil
+}
+
+// appendParams appends " alg limit period cap amount reserve" in the script's format.
+func appendParams(a []byte, p params) []byte {
+	a = append(a, ' ', p.alg, ' ')
+	a = strconv.AppendInt(a, int64(p.limit), 10)
+	a = append(a, ' ')
+	a = strconv.AppendInt(a, int64(p.period), 10)
+	a = append(a, ' ')
+	a = strconv.AppendInt(a, int64(p.cap), 10)
+	a = append(a, ' ')
+	a = strconv.AppendInt(a, int64(p.amount), 10)
+	a = append(a, ' ')
+	return strconv.AppendFloat(a, p.reserve, 'g', -1, 64)
+}
+
+// parseTake decodes the script's take reply, checking every element.
+func parseTake(v any, n int) (Result, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 3+4*n {
+		return Result{}, fmt.Errorf("%w: take returned %T of length %d, want %d integers", ErrReply, v, lenOf(v), 3+4*n)
+	}
+	var bad error
+	num := func(i int) int64 {
+		x, ok := arr[i].(int64)
+		if !ok && bad == nil {
+			bad = fmt.Errorf("%w: take reply element %d is %T, want an integer", ErrReply, i, arr[i])
+		}
+		return x
+	}
+	out, blocking, wait := num(0), num(1), num(2)
+	if bad != nil {
+		return Result{}, bad
+	}
+	if out < int64(Allowed) || out > int64(Impossible) || blocking < -1 || blocking >= int64(n) || wait < 0 {
+		return Result{}, fmt.Errorf("%w: take reply header %d %d %d out of range", ErrReply, out, blocking, wait)
+	}
+	res := Result{
+		Outcome:  Outcome(out),
+		Wait:     durationUS(wait),
+		Blocking: int(blocking),
+		Buckets:  make([]State, n),
+	}
+	for i := range n {
+		j := 3 + 4*i
+		res.Buckets[i] = State{
+			Remaining: num(j),
+			Limit:     num(j + 1),
+			Reset:     durationUS(max(num(j+2), 0)),
+			Wait:      durationUS(max(num(j+3), 0)),
+		}
+	}
+	if bad != nil {
+		return Result{}, bad
+	}
+	return res, nil
+}
+
+func lenOf(v any) int {
+	if arr, ok := v.([]any); ok {
+		return len(arr)
+	}
+	return -1
+}

@@ -1,0 +1,153 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Bounds of a Spec, enforced by Take and Adjust. Within them every computation is exact to well
+// below one token and one microsecond (see the package documentation).
+const (
+	// MaxAmount bounds Limit, Burst, Cost and Adjustment.Delta.
+	MaxAmount = 1_000_000_000_000
+	// MinPeriod and MaxPeriod bound Spec.Period of TokenBucket and SlidingWindow.
+	MinPeriod = time.Second
+	MaxPeriod = 31 * 24 * time.Hour
+	// MaxWait bounds Request.MaxWait.
+	MaxWait = MaxPeriod
+	// MaxBuckets bounds the number of buckets in one Request or Adjust call.
+	MaxBuckets = 32
+	// SlidingWindows is the number of sub-windows a SlidingWindow's period is divided into: an
+	// admission leaves the window between Period and Period + Period/SlidingWindows after it was made.
+	SlidingWindows = 10
+)
+
+var (
+	// ErrInvalid wraps every error about a malformed Request or Adjustment (reason code "invalid").
+	ErrInvalid = errors.New("bucket: invalid request")
+	// ErrReply wraps an unexpected reply from Redis (reason code "reply").
+	ErrReply = errors.New("bucket: unexpected reply")
+)
+
+// validate reports the first problem of spec; amountOK checks the Cost (or Delta) it carries.
+func (s *Spec) validate(amount int64, adjust bool) error {
+	switch {
+	case s.Limit <= 0 || s.Limit > MaxAmount:
+		return fmt.Errorf("%w: bucket %q: limit %d outside 1..%d", ErrInvalid, s.Name, s.Limit, int64(MaxAmount))
+	case s.Burst < 0 || s.Burst > MaxAmount:
+		return fmt.Errorf("%w: bucket %q: burst %d outside 0..%d", ErrInvalid, s.Name, s.Burst, int64(MaxAmount))
+	case !adjust && (amount < 0 || amount > MaxAmount):
+		return fmt.Errorf("%w: bucket %q: cost %d outside 0..%d", ErrInvalid, s.Name, amount, int64(MaxAmount))
+	case adjust && (amount < -MaxAmount || amount > MaxAmount):
+		return fmt.Errorf("%w: bucket %q: delta %d outside -%d..%d", ErrInvalid, s.Name, amount, int64(MaxAmount), int64(MaxAmount))
+	case !(s.Floor >= 0 && s.Floor <= 1): // also rejects NaN
+		return fmt.Errorf("%w: bucket %q: floor %v outside 0..1", ErrInvalid, s.Name, s.Floor)
+	}
+	switch s.Algorithm {
+	case TokenBucket, SlidingWindow:
+		if s.Period < MinPeriod || s.Period > MaxPeriod {
+			return fmt.Errorf("%w: bucket %q: period %v outside %v..%v", ErrInvalid, s.Name, s.Period, MinPeriod, MaxPeriod)
+		}
+	case Quota:
+		if s.Calendar != Day && s.Calendar != Month {
+			return fmt.Errorf("%w: bucket %q: unknown calendar %d", ErrInvalid, s.Name, s.Calendar)
+		}
+	default:
+		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", ErrInvalid, s.Name, s.Algorithm)
+	}
+	return nil
+}
+
+// algCode is the algorithm's letter in the script's arguments and in the key.
+func (s *Spec) algCode() byte {
+	switch s.Algorithm {
+	case SlidingWindow:
+		return 's'
+	case Quota:
+		if s.Calendar == Month {
+			return 'm'
+		}
+		return 'd'
+	}
+	return 't'
+}
+
+// sameBucket reports whether a and b name the same stored bucket.
+func sameBucket(a, b *Spec) bool {
+	return a.Name == b.Name && a.algCode() == b.algCode()
+}
+
+// validate checks the whole request without allocating when it is valid.
+func (r *Request) validate() error {
+	if len(r.Buckets) == 0 || len(r.Buckets) > MaxBuckets {
+		return fmt.Errorf("%w: %d buckets, want 1..%d", ErrInvalid, len(r.Buckets), MaxBuckets)
+	}
+	if r.MaxWait < 0 || r.MaxWait > MaxWait {
+		return fmt.Errorf("%w: max wait %v outside 0..%v", ErrInvalid, r.MaxWait, MaxWait)
+	}
+	for i := range r.Buckets {
+		b := &r.Buckets[i]
+		if err := b.validate(b.Cost, false); err != nil {
+			return err
+		}
+		for j := range i {
+			if sameBucket(&r.Buckets[j], b) {
+				return fmt.Errorf("%w: bucket %q appears twice", ErrInvalid, b.Name)
+			}
+		}
+	}
+	return nil
+}
+
+func validateAdjustments(adj []Adjustment) error {
+	if len(adj) == 0 || len(adj) > MaxBuckets {
+		return fmt.Errorf("%w: %d adjustments, want 1..%d", ErrInvalid, len(adj), MaxBuckets)
+	}
+	for i := range adj {
+		a := &adj[i]
+		if err := a.validate(a.Delta, true); err != nil {
+			return err
+		}
+		for j := range i {
+			if sameBucket(&adj[j].Spec, &a.Spec) {
+				return fmt.Errorf("%w: bucket %q adjusted twice", ErrInvalid, a.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// params are a spec's numbers as the script sees them: doubles, time in microseconds.
+type params struct {
+	alg     byte
+	limit   float64
+	period  float64 // microseconds; 0 for a quota
+	cap     float64
+	amount  float64 // cost, or adjustment delta
+	reserve float64 // floor x capacity
+}
+
+func paramsOf(s *Spec, amount int64) params {
+	c := s.Capacity()
+	p := params{
+		alg:     s.algCode(),
+		limit:   float64(s.Limit),
+		cap:     float64(c),
+		amount:  float64(amount),
+		reserve: s.Floor * float64(c),
+	}
+	if s.Algorithm != Quota {
+		p.period = float64(s.Period / time.Microsecond)
+	}
+	return p
+}
+
+// durationUS converts whole microseconds to a Duration, saturating instead of overflowing.
+func durationUS(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
