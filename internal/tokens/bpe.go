@@ -1,5 +1,7 @@
 package tokens
 
+import "slices"
+
 // Byte-pair merging, counting only. The result is the same as tiktoken's _byte_pair_merge: the
 // piece starts as single bytes and, while any adjacent pair of parts concatenates to a token,
 // the pair whose concatenation has the lowest rank is merged (the leftmost on a tie).
@@ -22,7 +24,10 @@ func (v *vocab) countPiece(piece []byte, sc *scratch) int {
 	case len(piece) <= smallPiece:
 		return v.mergeSmall(piece)
 	}
-	return v.mergeHeap(piece, sc)
+	if len(piece) < hugePiece {
+		return v.mergeHeap(piece, sc)
+	}
+	return v.mergeHuge(piece, sc)
 }
 
 // mergeSmall is tiktoken's scan: start[k] is where part k begins, rank[k] the rank of part k
@@ -72,6 +77,8 @@ type scratch struct {
 	next, prev []int32
 	rank       []uint32
 	heap       []uint64
+	nodes      []node
+	buckets    buckets
 }
 
 // dead marks a position that is no longer the start of a part.
@@ -180,4 +187,167 @@ func siftDown(h []uint64, k int) {
 		k = c
 	}
 	h[k] = x
+}
+
+// hugePiece is the length from which mergeHuge replaces mergeHeap: a binary heap of a million
+// entries misses the cache on every level of every sift.
+const hugePiece = 2048
+
+// node is one byte position of a huge piece: the linked list of parts and the rank of the pair
+// starting here, kept together so that one cache line serves a merge.
+type node struct {
+	next, prev int32
+	rank       uint32
+}
+
+// entry is a queued (position, next entry of the same rank).
+type entry struct {
+	pos, next int32
+}
+
+// buckets is a priority queue of (rank, position) for mergeHuge: one FIFO list of positions per
+// rank, plus a small binary heap of the ranks whose list is not empty. A run of one character
+// has a handful of distinct ranks, so almost every operation is a sequential list append or
+// pop. Lists are kept in position order (the tie-break) by sorting one lazily in the rare case
+// a position arrives out of order. Per-rank arrays are sized to the vocabulary and reset in O(1)
+// by a generation stamp.
+type buckets struct {
+	gen   uint32
+	lists []list // per rank, valid when stamp == gen
+	ents  []entry
+	ranks []uint64
+	tmp   []int32
+}
+
+type list struct {
+	stamp      uint32
+	head, tail int32 // -1 when empty
+	unsorted   bool
+}
+
+func (q *buckets) reset(vocabSize, n int) {
+	if len(q.lists) < vocabSize {
+		q.lists = make([]list, vocabSize)
+		q.gen = 0
+	}
+	q.gen++
+	if q.gen == 0 {
+		clear(q.lists)
+		q.gen = 1
+	}
+	// At most n-1 initial pairs plus two per merge, and at most n-1 merges.
+	if cap(q.ents) < 3*n {
+		q.ents = make([]entry, 0, 3*n)
+	}
+	q.ents = q.ents[:0]
+	q.ranks = q.ranks[:0]
+}
+
+func (q *buckets) add(r uint32, pos int32) {
+	l := &q.lists[r]
+	if l.stamp != q.gen {
+		*l = list{stamp: q.gen, head: -1, tail: -1}
+	}
+	e := int32(len(q.ents))
+	q.ents = append(q.ents, entry{pos: pos, next: -1})
+	if l.tail >= 0 {
+		q.ents[l.tail].next = e
+		if q.ents[l.tail].pos > pos {
+			l.unsorted = true
+		}
+	} else {
+		l.head = e
+		q.ranks = push(q.ranks, uint64(r))
+	}
+	l.tail = e
+}
+
+// pop removes the entry with the lowest (rank, position).
+func (q *buckets) pop() (uint32, int32, bool) {
+	if len(q.ranks) == 0 {
+		return 0, 0, false
+	}
+	r := uint32(q.ranks[0])
+	l := &q.lists[r]
+	if l.unsorted {
+		q.sort(l)
+	}
+	e := q.ents[l.head]
+	l.head = e.next
+	if l.head < 0 {
+		l.tail = -1
+		last := len(q.ranks) - 1
+		q.ranks[0] = q.ranks[last]
+		q.ranks = q.ranks[:last]
+		siftDown(q.ranks, 0)
+	}
+	return r, e.pos, true
+}
+
+func (q *buckets) sort(l *list) {
+	q.tmp = q.tmp[:0]
+	for e := l.head; e >= 0; e = q.ents[e].next {
+		q.tmp = append(q.tmp, q.ents[e].pos)
+	}
+	slices.Sort(q.tmp)
+	i := 0
+	for e := l.head; e >= 0; e = q.ents[e].next {
+		q.ents[e].pos = q.tmp[i]
+		i++
+	}
+	l.unsorted = false
+}
+
+// mergeHuge is mergeHeap with the buckets queue and the node layout.
+func (v *vocab) mergeHuge(piece []byte, sc *scratch) int {
+	n := len(piece)
+	if cap(sc.nodes) < n+1 {
+		sc.nodes = make([]node, n+1)
+	}
+	nodes := sc.nodes[:n+1]
+	q := &sc.buckets
+	q.reset(len(v.off)-1, n)
+	for k := 0; k+1 < n; k++ {
+		r := v.pair[uint16(piece[k])<<8|uint16(piece[k+1])]
+		nodes[k] = node{next: int32(k + 1), prev: int32(k - 1), rank: r}
+		if r != noRank {
+			q.add(r, int32(k))
+		}
+	}
+	nodes[n-1] = node{next: int32(n), prev: int32(n - 2), rank: noRank}
+	nodes[n] = node{next: int32(n + 1), prev: int32(n - 1), rank: noRank}
+	parts := n
+	for {
+		r, pos, ok := q.pop()
+		if !ok {
+			break
+		}
+		np := &nodes[pos]
+		if np.rank != r {
+			continue
+		}
+		nx := np.next
+		nn := nodes[nx].next
+		np.next = nn
+		nodes[nn].prev = pos
+		nodes[nx].rank = dead
+		parts--
+		if int(nn) < n {
+			np.rank = v.rank(piece[pos:nodes[nn].next])
+			if np.rank != noRank {
+				q.add(np.rank, pos)
+			}
+		} else {
+			np.rank = noRank
+		}
+		if pos > 0 {
+			pv := np.prev
+			pn := &nodes[pv]
+			pn.rank = v.rank(piece[pv:nn])
+			if pn.rank != noRank {
+				q.add(pn.rank, pv)
+			}
+		}
+	}
+	return parts
 }

@@ -94,3 +94,59 @@ func (e *Estimate) Cost() int64 { return e.PromptTokens + e.OutputTokens }
 // Reason is a stable code saying why an estimate is approximate. It is safe as a log field and
 // metric label.
 type Reason string
+
+// Reasons an estimate is approximate. When several apply, Estimate.Reason is the first found.
+const (
+	// ReasonUnknownAPI: the path is not one of the priced APIs; the raw body is counted as
+	// text with the fallback encoding (an upper bound for JSON-wrapped text) and the default
+	// output reservation is added.
+	ReasonUnknownAPI Reason = "unknown_api"
+	// ReasonNotJSON: the body is not valid JSON (including nesting deeper than 128 levels or a
+	// top-level value that is not an object); the raw body is counted as text.
+	ReasonNotJSON Reason = "not_json"
+	// ReasonWrongType: a priced field has an unexpected type (e.g. "messages" is not an array,
+	// "max_tokens" is not a non-negative integer); the field is counted as raw JSON text, or the
+	// default output reservation is used.
+	ReasonWrongType Reason = "wrong_type"
+	// ReasonPartialBody: Envoy sent only the first bytes of the body
+	// (x-envoy-auth-partial-body) or the body is shorter than content-length; the raw prefix is
+	// counted and scaled by content-length / received bytes.
+	ReasonPartialBody Reason = "partial_body"
+	// ReasonTooLarge: the (decoded) body exceeds Options.MaxBodyBytes; the first
+	// MaxBodyBytes are counted as raw text and scaled to the full size.
+	ReasonTooLarge Reason = "too_large"
+	// ReasonGzip: a gzip or deflate body could not be decoded, or decoded beyond
+	// Options.MaxDecodedBytes; the decoded prefix is counted and scaled by compressed bytes
+	// consumed, or, when nothing decodes, one token per compressed byte is charged.
+	ReasonGzip Reason = "gzip"
+	// ReasonUnsupportedEncoding: a content-encoding other than identity, gzip or deflate
+	// (e.g. br, zstd); one token per compressed byte is charged (text compresses about 4:1 and
+	// English averages about 4 bytes per token).
+	ReasonUnsupportedEncoding Reason = "unsupported_encoding"
+	// ReasonUnknownModel: the model has no known OpenAI encoding; text is counted with
+	// Options.FallbackEncoding.
+	ReasonUnknownModel Reason = "unknown_model"
+	// ReasonContentParts: message content given as an array of parts; text parts are counted
+	// one by one (OpenAI publishes no rule for parts).
+	ReasonContentParts Reason = "content_parts"
+	// ReasonImage: an image is priced by the provider's published size rule, or by a fixed
+	// worst-case cost when its size is unknown (an image URL).
+	ReasonImage Reason = "image"
+	// ReasonTools: tool or function definitions, tool calls or a JSON-schema response format
+	// are priced by counting their JSON text plus a fixed overhead (no published rule; biased
+	// high).
+	ReasonTools Reason = "tools"
+	// ReasonUnpricedPart: a part with no published rule (audio, file, document, unknown
+	// types) is priced by counting its JSON text.
+	ReasonUnpricedPart Reason = "unpriced_part"
+	// ReasonResponses: the Responses API's per-item overhead is not published; items are
+	// priced with the chat rule.
+	ReasonResponses Reason = "responses_formula"
+	// ReasonAnthropicEstimate: Anthropic publishes no tokenizer; see the package doc for the
+	// estimator.
+	ReasonAnthropicEstimate Reason = "anthropic_estimate"
+	// ReasonInvalidUTF8: priced text is not valid UTF-8; invalid bytes are counted as bytes.
+	ReasonInvalidUTF8 Reason = "invalid_utf8"
+	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
+	ReasonInternal Reason = "internal"
+)

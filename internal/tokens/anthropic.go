@@ -1,0 +1,86 @@
+package tokens
+
+import "math"
+
+// Anthropic pricing: an estimate, see the package doc. Text is counted with cl100k_base; the
+// count plus per-message and per-block overheads is multiplied by Options.AnthropicFactor.
+// Images use Anthropic's published size formula; tool definitions add the tool-use system
+// prompt Anthropic documents.
+const (
+	anthropicBase        = 10  // conversation wrapper
+	anthropicPerMessage  = 5   // role markers
+	anthropicPerBlock    = 3   // content block framing
+	anthropicToolsSystem = 346 // tool-use system prompt (Anthropic's pricing docs, tool_choice auto/none)
+)
+
+func (s *pricing) anthropic(root int) {
+	s.approx(ReasonAnthropicEstimate)
+	var text, images int64 = anthropicBase, 0
+	var blocks func(v int)
+	blocks = func(v int) {
+		switch s.d.kind(v) {
+		case jString:
+			text += s.countText(v)
+			return
+		case jArray:
+		default:
+			if v >= 0 && s.d.kind(v) != jNull {
+				s.approx(ReasonWrongType)
+				text += s.countRaw(v)
+			}
+			return
+		}
+		s.d.children(v, func(_, b int) bool {
+			text += anthropicPerBlock
+			typ := s.d.get(b, "type")
+			switch {
+			case s.d.textIs(typ, "text"):
+				text += s.countText(s.d.get(b, "text"))
+			case s.d.textIs(typ, "thinking"):
+				text += s.countText(s.d.get(b, "thinking"))
+			case s.d.textIs(typ, "image"):
+				images += s.anthropicImage(s.d.get(b, "source"))
+			case s.d.textIs(typ, "tool_result"):
+				text += s.countText(s.d.get(b, "tool_use_id"))
+				blocks(s.d.get(b, "content")) // a string or blocks; nesting is bounded by the parser
+			case s.d.textIs(typ, "tool_use"):
+				text += s.countText(s.d.get(b, "name")) + s.countRaw(s.d.get(b, "input"))
+			default: // document, redacted_thinking, search results, ...
+				s.approx(ReasonUnpricedPart)
+				text += s.countRaw(b)
+			}
+			return true
+		})
+	}
+	blocks(s.d.get(root, "system"))
+	msgs := s.d.get(root, "messages")
+	if s.d.kind(msgs) != jArray {
+		s.approx(ReasonWrongType)
+		text += s.countRaw(msgs)
+	}
+	s.d.elems(msgs, func(m int) bool {
+		text += anthropicPerMessage
+		if s.d.kind(m) != jObject {
+			text += s.countRaw(m)
+			return true
+		}
+		blocks(s.d.get(m, "content"))
+		return true
+	})
+	if t := s.d.get(root, "tools"); s.d.kind(t) == jArray && s.d.nodes[t].next != int32(t+1) {
+		text += anthropicToolsSystem + s.countRaw(t)
+	}
+	s.est.PromptTokens = int64(math.Ceil(float64(text)*s.p.opts.AnthropicFactor)) + images
+	s.est.OutputTokens = s.maxOutput(root, s.defaultOutput(), "max_tokens")
+}
+
+func (s *pricing) anthropicImage(src int) int64 {
+	if s.d.textIs(s.d.get(src, "type"), "base64") {
+		if data, ok := s.d.text(s.w.buf, s.d.get(src, "data")); ok {
+			if w, h, ok := headerSize(decodeB64Prefix(data, s.w.img)); ok {
+				return anthropicImageTokens(w, h, s.p.opts.AnthropicImageTokens)
+			}
+		}
+	}
+	return s.p.opts.AnthropicImageTokens
+}

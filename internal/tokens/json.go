@@ -1,0 +1,413 @@
+package tokens
+
+import (
+	"errors"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// A minimal JSON reader for pricing: one pass over the body builds a flat "tape" of nodes
+// (no strings are copied or decoded), then the pricing code walks the tape and decodes only the
+// strings it counts. The tape is pooled, so a parse allocates nothing in the steady state.
+// It validates syntax (a body the provider would reject is priced approximately) and bounds
+// nesting depth, so hostile bodies cost linear time and no stack.
+
+type jkind uint8
+
+const (
+	jNull jkind = iota
+	jBool
+	jNumber
+	jString
+	jArray
+	jObject
+)
+
+// jnode is one JSON value (or object key). For strings [start, end) is the text between the
+// quotes; for other values the whole value. next is the index of the node after this value's
+// subtree, so siblings are reached without walking children.
+type jnode struct {
+	kind       jkind
+	escaped    bool // string contains backslash escapes
+	start, end int32
+	next       int32
+}
+
+type doc struct {
+	src   []byte
+	nodes []jnode
+}
+
+// maxDepth bounds JSON nesting; request bodies of the priced APIs nest well under 32.
+const maxDepth = 128
+
+var (
+	errSyntax = errors.New("invalid JSON")
+	errDepth  = errors.New("JSON nested too deeply")
+	errSize   = errors.New("JSON too large")
+)
+
+// parse fills d from src. The root is node 0.
+func (d *doc) parse(src []byte) error {
+	if len(src) >= 1<<31-1 {
+		return errSize
+	}
+	d.src = src
+	d.nodes = d.nodes[:0]
+	p := parser{d: d, src: src}
+	i, err := p.value(p.skip(0), 0)
+	if err != nil {
+		return err
+	}
+	if p.skip(i) != len(src) {
+		return errSyntax
+	}
+	return nil
+}
+
+type parser struct {
+	d   *doc
+	src []byte
+}
+
+func (p *parser) skip(i int) int {
+	for i < len(p.src) {
+		switch p.src[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+func (p *parser) add(n jnode) int {
+	p.d.nodes = append(p.d.nodes, n)
+	return len(p.d.nodes) - 1
+}
+
+// value parses the value at src[i] and returns the index after it.
+func (p *parser) value(i, depth int) (int, error) {
+	if i >= len(p.src) {
+		return 0, errSyntax
+	}
+	switch c := p.src[i]; c {
+	case '{', '[':
+		if depth >= maxDepth {
+			return 0, errDepth
+		}
+		kind := jArray
+		if c == '{' {
+			kind = jObject
+		}
+		self := p.add(jnode{kind: kind, start: int32(i)})
+		i = p.skip(i + 1)
+		closer := byte(']')
+		if kind == jObject {
+			closer = '}'
+		}
+		if i < len(p.src) && p.src[i] == closer {
+			i++
+		} else {
+			for {
+				var err error
+				if kind == jObject {
+					if i >= len(p.src) || p.src[i] != '"' {
+						return 0, errSyntax
+					}
+					if i, err = p.str(i); err != nil {
+						return 0, err
+					}
+					i = p.skip(i)
+					if i >= len(p.src) || p.src[i] != ':' {
+						return 0, errSyntax
+					}
+					i = p.skip(i + 1)
+				}
+				if i, err = p.value(i, depth+1); err != nil {
+					return 0, err
+				}
+				i = p.skip(i)
+				if i >= len(p.src) {
+					return 0, errSyntax
+				}
+				if p.src[i] == ',' {
+					i = p.skip(i + 1)
+					continue
+				}
+				if p.src[i] != closer {
+					return 0, errSyntax
+				}
+				i++
+				break
+			}
+		}
+		n := &p.d.nodes[self]
+		n.end = int32(i)
+		n.next = int32(len(p.d.nodes))
+		return i, nil
+	case '"':
+		return p.str(i)
+	case 't':
+		return p.lit(i, "true", jBool)
+	case 'f':
+		return p.lit(i, "false", jBool)
+	case 'n':
+		return p.lit(i, "null", jNull)
+	default:
+		if c == '-' || (c >= '0' && c <= '9') {
+			j := i + 1
+			for j < len(p.src) {
+				b := p.src[j]
+				if (b >= '0' && b <= '9') || b == '.' || b == 'e' || b == 'E' || b == '+' || b == '-' {
+					j++
+					continue
+				}
+				break
+			}
+			p.add(jnode{kind: jNumber, start: int32(i), end: int32(j), next: int32(len(p.d.nodes) + 1)})
+			return j, nil
+		}
+	}
+	return 0, errSyntax
+}
+
+func (p *parser) lit(i int, word string, kind jkind) (int, error) {
+	if len(p.src)-i < len(word) || string(p.src[i:i+len(word)]) != word {
+		return 0, errSyntax
+	}
+	p.add(jnode{kind: kind, start: int32(i), end: int32(i + len(word)), next: int32(len(p.d.nodes) + 1)})
+	return i + len(word), nil
+}
+
+// str parses the string starting at the quote src[i].
+func (p *parser) str(i int) (int, error) {
+	escaped := false
+	for j := i + 1; j < len(p.src); j++ {
+		switch c := p.src[j]; {
+		case c == '"':
+			p.add(jnode{kind: jString, escaped: escaped, start: int32(i + 1), end: int32(j), next: int32(len(p.d.nodes) + 1)})
+			return j + 1, nil
+		case c == '\\':
+			escaped = true
+			j++
+		case c < 0x20:
+			return 0, errSyntax
+		}
+	}
+	return 0, errSyntax
+}
+
+// get returns the value of key in object node obj (the last one if repeated, as Python's json
+// does), or -1.
+func (d *doc) get(obj int, key string) int {
+	if obj < 0 || d.nodes[obj].kind != jObject {
+		return -1
+	}
+	found := -1
+	for k := obj + 1; k < int(d.nodes[obj].next); {
+		v := k + 1
+		if d.keyIs(k, key) {
+			found = v
+		}
+		k = int(d.nodes[v].next)
+	}
+	return found
+}
+
+func (d *doc) keyIs(k int, key string) bool {
+	n := d.nodes[k]
+	if !n.escaped {
+		return string(d.src[n.start:n.end]) == key
+	}
+	var buf [64]byte
+	return string(d.unescape(buf[:0], k)) == key
+}
+
+// children calls f for each element of an array, or for each (key, value) of an object (key is
+// -1 for arrays), until f returns false.
+func (d *doc) children(i int, f func(key, val int) bool) {
+	if i < 0 {
+		return
+	}
+	n := d.nodes[i]
+	switch n.kind {
+	case jArray:
+		for c := i + 1; c < int(n.next); c = int(d.nodes[c].next) {
+			if !f(-1, c) {
+				return
+			}
+		}
+	case jObject:
+		for k := i + 1; k < int(n.next); {
+			v := k + 1
+			if !f(k, v) {
+				return
+			}
+			k = int(d.nodes[v].next)
+		}
+	}
+}
+
+// elems calls f for each element of array i (nothing when i is not an array).
+func (d *doc) elems(i int, f func(val int) bool) {
+	if d.kind(i) != jArray {
+		return
+	}
+	d.children(i, func(_, v int) bool { return f(v) })
+}
+
+func (d *doc) kind(i int) jkind {
+	if i < 0 {
+		return jNull
+	}
+	return d.nodes[i].kind
+}
+
+// raw returns the bytes of value i as they appear in the body.
+func (d *doc) raw(i int) []byte {
+	n := d.nodes[i]
+	if n.kind == jString {
+		return d.src[n.start-1 : n.end+1]
+	}
+	return d.src[n.start:n.end]
+}
+
+// text returns the decoded string value i, using buf when it has escapes. ok is false for a
+// value that is not a string.
+func (d *doc) text(buf []byte, i int) (s []byte, ok bool) {
+	if i < 0 || d.nodes[i].kind != jString {
+		return nil, false
+	}
+	n := d.nodes[i]
+	if !n.escaped {
+		return d.src[n.start:n.end], true
+	}
+	return d.unescape(buf[:0], i), true
+}
+
+func (d *doc) textIs(i int, want string) bool {
+	var buf [64]byte
+	s, ok := d.text(buf[:0], i)
+	return ok && string(s) == want
+}
+
+// unescape appends the decoded string i to buf. Invalid escapes decode to U+FFFD.
+func (d *doc) unescape(buf []byte, i int) []byte {
+	n := d.nodes[i]
+	s := d.src[n.start:n.end]
+	for j := 0; j < len(s); j++ {
+		c := s[j]
+		if c != '\\' {
+			buf = append(buf, c)
+			continue
+		}
+		j++
+		if j >= len(s) {
+			break
+		}
+		switch s[j] {
+		case 'n':
+			buf = append(buf, '\n')
+		case 't':
+			buf = append(buf, '\t')
+		case 'r':
+			buf = append(buf, '\r')
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'u':
+			r, w := hex4(s[j+1:])
+			j += w
+			if utf16.IsSurrogate(r) {
+				r2, w2 := rune(-1), 0
+				if j+2 < len(s) && s[j+1] == '\\' && s[j+2] == 'u' {
+					r2, w2 = hex4(s[j+3:])
+				}
+				if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+					r = dec
+					j += 2 + w2
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			buf = utf8.AppendRune(buf, r)
+		default: // '"', '\\', '/' and invalid escapes
+			buf = append(buf, s[j])
+		}
+	}
+	return buf
+}
+
+// hex4 decodes the 4 hex digits at s, returning U+FFFD and the digits consumed on error.
+func hex4(s []byte) (rune, int) {
+	if len(s) < 4 {
+		return utf8.RuneError, len(s)
+	}
+	var r rune
+	for k := 0; k < 4; k++ {
+		c := s[k]
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return utf8.RuneError, k
+		}
+	}
+	return r, 4
+}
+
+// int returns integer value i (a JSON number with an integral value, e.g. 100 or 1e3), clamped
+// to [0, 1<<40]. ok is false when the value is not a number or not integral.
+func (d *doc) int(i int) (int64, bool) {
+	if i < 0 || d.nodes[i].kind != jNumber {
+		return 0, false
+	}
+	s := d.raw(i)
+	neg := false
+	if len(s) > 0 && s[0] == '-' {
+		neg, s = true, s[1:]
+	}
+	var v int64
+	j := 0
+	for ; j < len(s) && s[j] >= '0' && s[j] <= '9'; j++ {
+		if v < 1<<40 {
+			v = v*10 + int64(s[j]-'0')
+		}
+	}
+	// Accept a zero fraction and a non-negative exponent (1.0, 1e3), as Python would.
+	if j < len(s) && s[j] == '.' {
+		for j++; j < len(s) && s[j] == '0'; j++ {
+		}
+		if j < len(s) && s[j] >= '1' && s[j] <= '9' {
+			return 0, false
+		}
+	}
+	if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+		j++
+		if j < len(s) && s[j] == '+' {
+			j++
+		}
+		exp := 0
+		for ; j < len(s) && s[j] >= '0' && s[j] <= '9'; j++ {
+			exp = min(exp*10+int(s[j]-'0'), 100)
+		}
+		for ; exp > 0 && v < 1<<40; exp-- {
+			v *= 10
+		}
+	}
+	if j != len(s) {
+		return 0, false
+	}
+	v = min(v, 1<<40)
+	if neg {
+		return 0, v == 0
+	}
+	return v, true
+}

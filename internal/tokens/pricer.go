@@ -1,0 +1,529 @@
+package tokens
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// OutputRule sets the output reservation for models matching a glob.
+type OutputRule struct {
+	// Model is a path.Match glob over the model name, e.g. "gpt-4o-mini*" or "claude-*".
+	Model string
+	// Tokens is the output reserved when the request names no maximum.
+	Tokens int64
+}
+
+// Options configures a Pricer. The zero value is usable: New fills the documented defaults.
+type Options struct {
+	// DefaultOutputTokens is the output reserved when a request names no maximum
+	// (max_tokens, max_completion_tokens, max_output_tokens) and no OutputRules entry matches
+	// its model. It is a typical answer's budget, not the model's context size. Default 4096.
+	DefaultOutputTokens int64
+	// OutputRules override DefaultOutputTokens per model; the first match wins.
+	OutputRules []OutputRule
+	// FallbackEncoding counts text for models with no known OpenAI encoding
+	// (OpenAI-compatible servers, new model names). Default "cl100k_base": it yields as many
+	// or more tokens than o200k_base for nearly all text, so unknown models are not
+	// under-priced by picking the denser vocabulary.
+	FallbackEncoding string
+	// AzureDeployments maps an Azure OpenAI deployment name to its model, for requests whose
+	// body names no model. Unmapped deployments are tried as model names.
+	AzureDeployments map[string]string
+	// MaxBodyBytes bounds the (decoded) body that is parsed; bigger bodies are priced from
+	// their first MaxBodyBytes scaled to their size. Default 16 MiB.
+	MaxBodyBytes int64
+	// MaxDecodedBytes bounds what a gzip or deflate body may decode to. Default 16 MiB.
+	MaxDecodedBytes int64
+	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown (an
+	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
+	ImageTokens int64
+	// AnthropicFactor multiplies the cl100k_base count of Anthropic request text (see the
+	// package doc for the evidence). Must be >= 1. Default 1.6.
+	AnthropicFactor float64
+	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown. Default
+	// 1600, the most Anthropic's published formula gives (1.15 megapixels / 750).
+	AnthropicImageTokens int64
+}
+
+// Defaults.
+const (
+	DefaultOutputTokens  = 4096
+	DefaultMaxBodyBytes  = 16 << 20
+	DefaultAnthropic     = 1.6
+	DefaultAnthropicImg  = 1600
+	completionsMaxTokens = 16 // the /v1/completions API's own default max_tokens
+	maxN                 = 128
+)
+
+// Pricer prices requests. It is immutable after New and safe for concurrent use.
+type Pricer struct {
+	opts     Options
+	fallback *Encoder
+	cl100k   *Encoder
+	o200k    *Encoder
+	work     sync.Pool // *work
+}
+
+// work is the per-call scratch, pooled.
+type work struct {
+	doc     doc
+	buf     []byte // unescaped strings
+	decoded []byte // decompressed body
+	img     []byte // decoded image headers
+	gz      *gzip.Reader
+}
+
+// New validates opts, fills defaults and loads both encodings (so the first request does not
+// pay for it). Every invalid option is reported.
+func New(opts Options) (*Pricer, error) {
+	var errs []error
+	if opts.DefaultOutputTokens == 0 {
+		opts.DefaultOutputTokens = DefaultOutputTokens
+	}
+	if opts.FallbackEncoding == "" {
+		opts.FallbackEncoding = CL100K
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxDecodedBytes == 0 {
+		opts.MaxDecodedBytes = DefaultMaxBodyBytes
+	}
+	if opts.AnthropicFactor == 0 {
+		opts.AnthropicFactor = DefaultAnthropic
+	}
+	if opts.AnthropicImageTokens == 0 {
+		opts.AnthropicImageTokens = DefaultAnthropicImg
+	}
+	if opts.DefaultOutputTokens < 0 {
+		errs = append(errs, fmt.Errorf("tokens: DefaultOutputTokens %d is negative", opts.DefaultOutputTokens))
+	}
+	for i, r := range opts.OutputRules {
+		if _, err := path.Match(r.Model, ""); err != nil {
+			errs = append(errs, fmt.Errorf("tokens: OutputRules[%d]: model glob %q: %w", i, r.Model, err))
+		}
+		if r.Tokens < 0 {
+			errs = append(errs, fmt.Errorf("tokens: OutputRules[%d]: tokens %d is negative", i, r.Tokens))
+		}
+	}
+	if opts.MaxBodyBytes < 0 || opts.MaxBodyBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("tokens: MaxBodyBytes %d out of range (0, 1 GiB]", opts.MaxBodyBytes))
+	}
+	if opts.MaxDecodedBytes < 0 || opts.MaxDecodedBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("tokens: MaxDecodedBytes %d out of range (0, 1 GiB]", opts.MaxDecodedBytes))
+	}
+	if opts.ImageTokens < 0 || opts.AnthropicImageTokens < 0 {
+		errs = append(errs, errors.New("tokens: image token costs must not be negative"))
+	}
+	if math.IsNaN(opts.AnthropicFactor) || opts.AnthropicFactor < 1 || opts.AnthropicFactor > 10 {
+		errs = append(errs, fmt.Errorf("tokens: AnthropicFactor %v out of range [1, 10]", opts.AnthropicFactor))
+	}
+	for name, model := range opts.AzureDeployments {
+		if name == "" || model == "" {
+			errs = append(errs, fmt.Errorf("tokens: AzureDeployments: empty deployment or model (%q: %q)", name, model))
+		}
+	}
+	p := &Pricer{opts: opts}
+	var err error
+	if p.cl100k, err = Encoding(CL100K); err != nil {
+		errs = append(errs, err)
+	}
+	if p.o200k, err = Encoding(O200K); err != nil {
+		errs = append(errs, err)
+	}
+	if p.fallback, err = Encoding(opts.FallbackEncoding); err != nil {
+		errs = append(errs, fmt.Errorf("tokens: FallbackEncoding: %w", err))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	p.work.New = func() any { return new(work) }
+	return p, nil
+}
+
+// Estimate prices one request. It never panics, runs in time linear in the body size (bounded
+// by MaxBodyBytes and MaxDecodedBytes), does not retain in, and is safe for concurrent use.
+func (p *Pricer) Estimate(in *Input) (est Estimate) {
+	if in == nil {
+		return Estimate{Reason: ReasonNotJSON}
+	}
+	w := p.work.Get().(*work)
+	defer func() {
+		if r := recover(); r != nil {
+			// A bug, not an input problem: price the raw body rather than fail the request.
+			est = Estimate{Provider: est.Provider, API: est.API, Reason: ReasonInternal,
+				PromptTokens: int64(p.fallback.Count(in.Body[:min(len(in.Body), int(p.opts.MaxBodyBytes))]))}
+			w = new(work) // do not pool scratch a panic may have left inconsistent
+		}
+		p.work.Put(w)
+	}()
+	s := pricing{p: p, w: w}
+	s.est.Provider, s.est.API, s.deployment = route(in.Path)
+	s.price(in)
+	s.est.Exact = s.est.Reason == ""
+	s.est.PromptTokens = max(s.est.PromptTokens, 0)
+	s.est.OutputTokens = max(s.est.OutputTokens, 0)
+	return s.est
+}
+
+// route classifies the request path (query string ignored).
+func route(p string) (prov Provider, api API, deployment string) {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	p = strings.TrimRight(p, "/")
+	prov = OpenAI
+	if rest, ok := strings.CutPrefix(p, "/openai/deployments/"); ok {
+		prov = AzureOpenAI
+		deployment, _, _ = strings.Cut(rest, "/")
+	} else if strings.HasPrefix(p, "/openai/") {
+		prov = AzureOpenAI // Azure's v1 API: /openai/v1/chat/completions, model in the body
+	}
+	switch {
+	case strings.HasSuffix(p, "/chat/completions"):
+		api = ChatCompletions
+	case strings.HasSuffix(p, "/completions"):
+		api = Completions
+	case strings.HasSuffix(p, "/embeddings"):
+		api = Embeddings
+	case strings.HasSuffix(p, "/responses"):
+		api = Responses
+	case strings.HasSuffix(p, "/v1/messages") && prov == OpenAI:
+		prov, api = Anthropic, Messages
+	default:
+		prov = UnknownProvider
+	}
+	return prov, api, deployment
+}
+
+// pricing is the state of one Estimate call.
+type pricing struct {
+	p          *Pricer
+	w          *work
+	d          *doc
+	enc        *Encoder
+	est        Estimate
+	deployment string
+}
+
+func (s *pricing) approx(r Reason) {
+	if s.est.Reason == "" {
+		s.est.Reason = r
+	}
+}
+
+func (s *pricing) price(in *Input) {
+	body, scale, done := s.body(in)
+	if done {
+		s.chooseEncoder(sniffModel(in.Body))
+		s.est.OutputTokens = s.defaultOutput()
+		return
+	}
+	if scale != 1 {
+		// Only a prefix is available: count it as raw text and scale it up.
+		s.est.Model = sniffModel(body)
+		s.chooseEncoder(s.est.Model)
+		s.est.PromptTokens = scaled(s.count(body), scale)
+		s.est.OutputTokens = s.defaultOutput()
+		return
+	}
+	if s.est.API == UnknownAPI {
+		s.approx(ReasonUnknownAPI)
+		s.chooseEncoder(sniffModel(body))
+		s.est.PromptTokens = s.count(body)
+		return
+	}
+	s.d = &s.w.doc
+	if err := s.d.parse(body); err != nil || s.d.kind(0) != jObject {
+		s.approx(ReasonNotJSON)
+		s.est.Model = sniffModel(body)
+		s.chooseEncoder(s.est.Model)
+		s.est.PromptTokens = s.count(body)
+		s.est.OutputTokens = s.defaultOutput()
+		return
+	}
+	root := 0
+	model := s.d.get(root, "model")
+	if m, ok := s.d.text(nil, model); ok {
+		s.est.Model = string(m)
+	} else if model >= 0 && s.d.kind(model) != jNull {
+		s.approx(ReasonWrongType)
+	}
+	if s.est.Model == "" && s.deployment != "" {
+		s.est.Model = s.deployment
+		if m, ok := s.p.opts.AzureDeployments[s.deployment]; ok {
+			s.est.Model = m
+		}
+	}
+	if st := s.d.get(root, "stream"); s.d.kind(st) == jBool {
+		s.est.Stream = s.d.raw(st)[0] == 't'
+	}
+	if s.est.Provider == Anthropic {
+		s.enc = s.p.cl100k
+		s.anthropic(root)
+		return
+	}
+	s.chooseEncoder(s.est.Model)
+	switch s.est.API {
+	case ChatCompletions:
+		s.chat(root)
+	case Completions:
+		s.completions(root)
+	case Embeddings:
+		s.embeddings(root)
+	case Responses:
+		s.responses(root)
+	}
+}
+
+// chooseEncoder picks the model's encoding, or the fallback (approximate).
+func (s *pricing) chooseEncoder(model string) {
+	switch EncodingForModel(model) {
+	case O200K:
+		s.enc = s.p.o200k
+	case CL100K:
+		s.enc = s.p.cl100k
+	default:
+		s.enc = s.p.fallback
+		if s.est.Provider != Anthropic {
+			s.approx(ReasonUnknownModel)
+		}
+	}
+	if s.est.Provider == Anthropic {
+		s.enc = s.p.cl100k
+	}
+}
+
+// body returns the body to price and the factor by which its count must be scaled (1 when it
+// is the whole body). done is true when the body cannot be read and PromptTokens is set.
+func (s *pricing) body(in *Input) (_ []byte, _ float64, done bool) {
+	body := in.Body
+	scale := 1.0
+	if in.Partial || (in.ContentLength > int64(len(body))) {
+		s.approx(ReasonPartialBody)
+		if in.ContentLength > int64(len(body)) && len(body) > 0 {
+			scale = float64(in.ContentLength) / float64(len(body))
+		} else {
+			scale = 2 // total size unknown: assume at least twice what was received
+		}
+	}
+	switch enc := strings.ToLower(strings.TrimSpace(in.ContentEncoding)); enc {
+	case "", "identity":
+	case "gzip", "x-gzip", "deflate":
+		decoded, consumed, err := s.decode(enc, body)
+		switch {
+		case len(decoded) == 0 && len(body) > 0:
+			// Nothing decodes: charge one token per compressed byte (see ReasonGzip).
+			s.approx(ReasonGzip)
+			s.est.PromptTokens = int64(len(body))
+			return nil, 1, true
+		case err != nil && scale == 1:
+			s.approx(ReasonGzip)
+			scale = float64(len(body)) / float64(max(consumed, 1))
+		case err != nil:
+			// A partial compressed body: scale applies to the compressed bytes.
+		}
+		body = decoded
+	default:
+		s.approx(ReasonUnsupportedEncoding)
+		s.est.PromptTokens = int64(len(body))
+		return nil, 1, true
+	}
+	if int64(len(body)) > s.p.opts.MaxBodyBytes {
+		s.approx(ReasonTooLarge)
+		scale *= float64(len(body)) / float64(s.p.opts.MaxBodyBytes)
+		body = body[:s.p.opts.MaxBodyBytes]
+	}
+	return body, scale, false
+}
+
+// errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.
+var errDecodeLimit = errors.New("decoded body too large")
+
+// decode decompresses body into pooled memory, stopping at MaxDecodedBytes. It returns what was
+// decoded, how many compressed bytes produced it, and an error when the stream is corrupt,
+// truncated or too large.
+func (s *pricing) decode(enc string, body []byte) ([]byte, int, error) {
+	src := &countingReader{r: bytes.NewReader(body)}
+	var r io.Reader
+	var err error
+	switch enc {
+	case "deflate":
+		// HTTP "deflate" is zlib-wrapped; some clients send raw deflate.
+		if len(body) >= 2 && (uint16(body[0])<<8|uint16(body[1]))%31 == 0 && body[0]&0x0f == 8 {
+			r, err = zlib.NewReader(src)
+		} else {
+			r = flate.NewReader(src)
+		}
+	default:
+		if s.w.gz == nil {
+			s.w.gz, err = gzip.NewReader(src)
+		} else {
+			err = s.w.gz.Reset(src)
+		}
+		r = s.w.gz
+	}
+	if err != nil {
+		return nil, src.n, err
+	}
+	limit := s.p.opts.MaxDecodedBytes
+	out := s.w.decoded[:0]
+	for {
+		if int64(len(out)) >= limit {
+			s.w.decoded = out
+			return out, src.n, errDecodeLimit
+		}
+		if len(out) == cap(out) {
+			out = append(out, 0)[:len(out)]
+		}
+		n, err := r.Read(out[len(out):min(cap(out), int(limit))])
+		out = out[:len(out)+n]
+		if err == io.EOF {
+			s.w.decoded = out
+			return out, src.n, nil
+		}
+		if err != nil {
+			s.w.decoded = out
+			return out, src.n, err
+		}
+	}
+}
+
+type countingReader struct {
+	r *bytes.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func (c *countingReader) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.n++
+	}
+	return b, err
+}
+
+func scaled(n int64, f float64) int64 {
+	v := math.Ceil(float64(n) * f)
+	if v > 1<<50 || math.IsNaN(v) {
+		return 1 << 50
+	}
+	return int64(v)
+}
+
+// sniffModel finds "model":"..." in a body that could not be parsed, to pick an encoding.
+func sniffModel(body []byte) string {
+	i := bytes.Index(body, []byte(`"model"`))
+	if i < 0 {
+		return ""
+	}
+	rest := bytes.TrimLeft(body[i+7:], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return ""
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	if len(rest) == 0 || rest[0] != '"' {
+		return ""
+	}
+	end := bytes.IndexByte(rest[1:], '"')
+	if end < 0 || end > 200 {
+		return ""
+	}
+	return string(rest[1 : 1+end])
+}
+
+// count counts raw bytes as text.
+func (s *pricing) count(b []byte) int64 {
+	if !utf8.Valid(b) {
+		s.approx(ReasonInvalidUTF8)
+	}
+	return int64(s.enc.Count(b))
+}
+
+// countText counts the decoded string value i (0 if it is not a string).
+func (s *pricing) countText(i int) int64 {
+	t, ok := s.d.text(s.w.buf, i)
+	if !ok {
+		return 0
+	}
+	if s.d.nodes[i].escaped {
+		s.w.buf = t[:0] // keep the grown buffer
+	}
+	return s.count(t)
+}
+
+// countRaw counts the JSON text of value i.
+func (s *pricing) countRaw(i int) int64 {
+	if i < 0 {
+		return 0
+	}
+	return s.count(s.d.raw(i))
+}
+
+// defaultOutput is the output reservation when the request names none.
+func (s *pricing) defaultOutput() int64 {
+	if s.est.API == Embeddings || (s.est.API == UnknownAPI) {
+		return 0
+	}
+	for _, r := range s.p.opts.OutputRules {
+		if ok, _ := path.Match(r.Model, s.est.Model); ok {
+			return r.Tokens
+		}
+	}
+	return s.p.opts.DefaultOutputTokens
+}
+
+// maxOutput reads the first present key of keys as the output maximum.
+func (s *pricing) maxOutput(root int, def int64, keys ...string) int64 {
+	for _, k := range keys {
+		i := s.d.get(root, k)
+		if i < 0 || s.d.kind(i) == jNull {
+			continue
+		}
+		if v, ok := s.d.int(i); ok {
+			return v
+		}
+		s.approx(ReasonWrongType)
+		break
+	}
+	return def
+}
+
+// choices reads "n" (default 1, at most 128).
+func (s *pricing) choices(root int, key string) int64 {
+	i := s.d.get(root, key)
+	if i < 0 || s.d.kind(i) == jNull {
+		return 1
+	}
+	v, ok := s.d.int(i)
+	if !ok || v < 1 {
+		s.approx(ReasonWrongType)
+		return 1
+	}
+	return min(v, maxN)
+}
+
+func satMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > (1<<50)/b {
+		return 1 << 50
+	}
+	return a * b
+}

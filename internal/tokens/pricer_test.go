@@ -1,0 +1,302 @@
+package tokens
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newPricer(tb testing.TB, opts Options) *Pricer {
+	tb.Helper()
+	p, err := New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func post(path, body string) *Input {
+	return &Input{Path: path, Body: []byte(body), ContentType: "application/json", ContentLength: int64(len(body))}
+}
+
+func mustJSON(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+type cookbook struct {
+	Messages          []map[string]string `json:"messages"`
+	MessagesPrompt    map[string]int64    `json:"messages_prompt_tokens"`
+	Tools             []any               `json:"tools"`
+	ToolsMessages     []map[string]string `json:"tools_messages"`
+	ToolsPromptTokens map[string]int64    `json:"tools_prompt_tokens"`
+}
+
+func readCookbook(tb testing.TB) cookbook {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/openai_cookbook.json")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var c cookbook
+	if err := json.Unmarshal(b, &c); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// TestChatCookbook: the chat rule gives exactly the totals OpenAI's cookbook publishes.
+func TestChatCookbook(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{})
+	c := readCookbook(t)
+	for model, want := range c.MessagesPrompt {
+		body := mustJSON(t, map[string]any{"model": model, "messages": c.Messages, "max_tokens": 10})
+		got := p.Estimate(post("/v1/chat/completions", body))
+		if got.PromptTokens != want || !got.Exact || got.OutputTokens != 10 {
+			t.Errorf("%s: %+v, want prompt %d exact, output 10", model, got, want)
+		}
+	}
+}
+
+// TestToolsCookbook: tool pricing is approximate and not below the cookbook's published counts.
+func TestToolsCookbook(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{})
+	c := readCookbook(t)
+	for model, want := range c.ToolsPromptTokens {
+		body := mustJSON(t, map[string]any{"model": model, "messages": c.ToolsMessages, "tools": c.Tools})
+		got := p.Estimate(post("/v1/chat/completions", body))
+		if got.PromptTokens < want || got.PromptTokens > 2*want || got.Exact || got.Reason != ReasonTools {
+			t.Errorf("%s: %+v, want approximate (tools) in [%d, %d]", model, got, want, 2*want)
+		}
+		t.Logf("%s: tools priced %d, cookbook %d", model, got.PromptTokens, want)
+	}
+}
+
+// pngDataURL returns a data URL holding just a PNG signature and IHDR of the given size: all
+// the pricer reads.
+func pngDataURL(w, h int) string {
+	b := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR")
+	b = binary.BigEndian.AppendUint32(b, uint32(w))
+	b = binary.BigEndian.AppendUint32(b, uint32(h))
+	b = append(b, 8, 6, 0, 0, 0, 0, 0, 0, 0)
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(b)
+}
+
+func gzipped(s string) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte(s))
+	zw.Close()
+	return buf.Bytes()
+}
+
+func TestEstimate(t *testing.T) {
+	t.Parallel()
+	cl, o2 := mustEncoding(t, CL100K), mustEncoding(t, O200K)
+	cnt := func(e *Encoder, s string) int64 { return int64(e.CountString(s)) }
+	p := newPricer(t, Options{
+		AzureDeployments: map[string]string{"prod-chat": "gpt-4o"},
+		OutputRules:      []OutputRule{{Model: "gpt-4o-mini*", Tokens: 1000}},
+	})
+	hello := cnt(o2, "Hello")
+	userMsg := 3 + 1 + hello + 3 // per message, "user", content, priming
+	big := strings.Repeat("lorem ipsum dolor sit amet ", 2000)
+
+	tests := []struct {
+		name string
+		in   *Input
+		want Estimate
+	}{
+		{"chat string", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_completion_tokens":50,"n":2,"stream":true}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 100, Stream: true, Exact: true}},
+		{"chat name and escapes", post("/v1/chat/completions", `{"model":"gpt-4","messages":[{"role":"user","name":"bob","content":"line\nnext \u00e9\ud83d\ude00"}],"max_tokens":5}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4", PromptTokens: 3 + 1 + cnt(cl, "bob") + 1 + cnt(cl, "line\nnext é😀") + 3, OutputTokens: 5, Exact: true}},
+		{"special tokens are text", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"<|endoftext|>"}],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + cnt(o2, "<|endoftext|>") + 3, OutputTokens: 1, Exact: true}},
+		{"default output per model", post("/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o-mini", PromptTokens: userMsg, OutputTokens: 1000, Exact: true}},
+		{"default output", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 4096, Exact: true}},
+		{"content parts and low image", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"Hello"},{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]}],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg + 85, OutputTokens: 1, Reason: ReasonContentParts}},
+		{"image URL worst case", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + 3 + 1445, OutputTokens: 1, Reason: ReasonContentParts}},
+		// OpenAI's published example: 2048x4096 at high detail is 1105 tokens; 1024x1024 is 765.
+		{"image size from data URL", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"`+pngDataURL(2048, 4096)+`","detail":"high"}},{"type":"image_url","image_url":{"url":"`+pngDataURL(1024, 1024)+`"}}]}],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + 3 + 1105 + 765, OutputTokens: 1, Reason: ReasonContentParts}},
+		{"tool calls and tool message", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"42"}],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + cnt(o2, "assistant") + perToolCall + cnt(o2, `{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}`) + 3 + cnt(o2, "tool") + cnt(o2, "c1") + cnt(o2, "42") + 3, OutputTokens: 1, Reason: ReasonTools}},
+		{"response_format schema", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}},"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg + toolsOverhead + cnt(o2, `{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`), OutputTokens: 1, Reason: ReasonTools}},
+		{"unknown model uses fallback", post("/v1/chat/completions", `{"model":"llama-3-70b","messages":[{"role":"user","content":"Hello"}],"max_tokens":7}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "llama-3-70b", PromptTokens: 3 + 1 + cnt(cl, "Hello") + 3, OutputTokens: 7, Reason: ReasonUnknownModel}},
+		{"completions string", post("/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"Say this is a test","max_tokens":7,"n":2}`),
+			Estimate{Provider: OpenAI, API: Completions, Model: "gpt-3.5-turbo-instruct", PromptTokens: cnt(cl, "Say this is a test"), OutputTokens: 14, Exact: true}},
+		{"completions array and default 16", post("/v1/completions", `{"model":"davinci-002","prompt":["a b","c"],"best_of":3}`),
+			Estimate{Provider: OpenAI, API: Completions, Model: "davinci-002", PromptTokens: cnt(cl, "a b") + cnt(cl, "c"), OutputTokens: 16 * 3 * 2, Exact: true}},
+		{"completions token arrays", post("/v1/completions", `{"model":"davinci-002","prompt":[[1,2,3],[4]],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: Completions, Model: "davinci-002", PromptTokens: 4, OutputTokens: 2, Exact: true}},
+		{"completions token array", post("/v1/completions", `{"model":"davinci-002","prompt":[1,2,3],"max_tokens":1}`),
+			Estimate{Provider: OpenAI, API: Completions, Model: "davinci-002", PromptTokens: 3, OutputTokens: 1, Exact: true}},
+		{"embeddings", post("/v1/embeddings", `{"model":"text-embedding-3-small","input":["Hello","world"]}`),
+			Estimate{Provider: OpenAI, API: Embeddings, Model: "text-embedding-3-small", PromptTokens: cnt(cl, "Hello") + cnt(cl, "world"), Exact: true}},
+		{"responses", post("/v1/responses", `{"model":"gpt-4.1","instructions":"Be brief.","input":"Hello","max_output_tokens":20}`),
+			Estimate{Provider: OpenAI, API: Responses, Model: "gpt-4.1", PromptTokens: 3 + 1 + cnt(o2, "Be brief.") + 3 + 1 + hello + 3, OutputTokens: 20, Reason: ReasonResponses}},
+		{"responses items", post("/v1/responses", `{"model":"o3","input":[{"role":"user","content":[{"type":"input_text","text":"Hello"}]}]}`),
+			Estimate{Provider: OpenAI, API: Responses, Model: "o3", PromptTokens: 3 + 1 + hello + 3, OutputTokens: 4096, Reason: ReasonResponses}},
+		{"azure deployment map", post("/openai/deployments/prod-chat/chat/completions?api-version=2024-10-21", `{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3}`),
+			Estimate{Provider: AzureOpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 3, Exact: true}},
+		{"azure unmapped deployment named like a model", post("/openai/deployments/gpt-35-turbo/chat/completions?api-version=2024-10-21", `{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3}`),
+			Estimate{Provider: AzureOpenAI, API: ChatCompletions, Model: "gpt-35-turbo", PromptTokens: 3 + 1 + cnt(cl, "Hello") + 3, OutputTokens: 3, Exact: true}},
+		{"anthropic", post("/v1/messages", `{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"user","content":"Hello"}],"max_tokens":100}`),
+			Estimate{Provider: Anthropic, API: Messages, Model: "claude-sonnet-4-5", PromptTokens: ceil16(anthropicBase + cnt(cl, "Be brief.") + anthropicPerMessage + cnt(cl, "Hello")), OutputTokens: 100, Reason: ReasonAnthropicEstimate}},
+		{"anthropic blocks, image, tools", post("/v1/messages", `{"model":"claude-opus-4-1","system":[{"type":"text","text":"Sys"}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"max_tokens":1}`),
+			Estimate{Provider: Anthropic, API: Messages, Model: "claude-opus-4-1", PromptTokens: ceil16(anthropicBase+anthropicPerBlock+cnt(cl, "Sys")+anthropicPerMessage+2*anthropicPerBlock+cnt(cl, "Hi")+anthropicToolsSystem+cnt(cl, `[{"name":"f","input_schema":{"type":"object"}}]`)) + 1600, OutputTokens: 1, Reason: ReasonAnthropicEstimate}},
+		{"not JSON", post("/v1/chat/completions", `this is not json`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: cnt(cl, "this is not json"), OutputTokens: 4096, Reason: ReasonNotJSON}},
+		{"too deep", post("/v1/chat/completions", `{"model":"gpt-4o","messages":`+strings.Repeat("[", 200)+strings.Repeat("]", 200)+`}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: cnt(o2, `{"model":"gpt-4o","messages":`+strings.Repeat("[", 200)+strings.Repeat("]", 200)+`}`), OutputTokens: 4096, Reason: ReasonNotJSON}},
+		{"wrong types", post("/v1/chat/completions", `{"model":"gpt-4o","messages":{"role":"user"},"max_tokens":"many"}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: cnt(o2, `{"role":"user"}`) + 3, OutputTokens: 4096, Reason: ReasonWrongType}},
+		{"invalid UTF-8", post("/v1/chat/completions", "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}],\"max_tokens\":1}"),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + cnt(o2, "\xff\xfe") + 3, OutputTokens: 1, Reason: ReasonInvalidUTF8}},
+		{"gzip", &Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", ContentLength: -1, Body: gzipped(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":2}`)},
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 2, Exact: true}},
+		{"gzip corrupt", &Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", ContentLength: -1, Body: []byte("not gzip at all")},
+			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: 15, OutputTokens: 4096, Reason: ReasonGzip}},
+		{"brotli", &Input{Path: "/v1/chat/completions", ContentEncoding: "br", ContentLength: -1, Body: []byte("0123456789")},
+			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: 10, OutputTokens: 4096, Reason: ReasonUnsupportedEncoding}},
+		{"partial body", &Input{Path: "/v1/chat/completions", Body: []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + big[:1000]), ContentLength: 4000, Partial: true},
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: scaled(cnt(o2, `{"model":"gpt-4o","messages":[{"role":"user","content":"`+big[:1000]), float64(4000)/float64(len(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+big[:1000]))), OutputTokens: 4096, Reason: ReasonPartialBody}},
+		{"unknown API", post("/v1/models", ``),
+			Estimate{Reason: ReasonUnknownAPI}},
+		{"count_tokens is not a generation", post("/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[]}`),
+			Estimate{PromptTokens: cnt(cl, `{"model":"claude-sonnet-4-5","messages":[]}`), Reason: ReasonUnknownAPI}},
+	}
+	for _, tt := range tests {
+		got := p.Estimate(tt.in)
+		if got != tt.want {
+			t.Errorf("%s:\n got %+v\nwant %+v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func ceil16(n int64) int64 { return int64(float64(n)*DefaultAnthropic + 0.999999) }
+
+// TestGzipBomb: a body that decodes beyond MaxDecodedBytes stops there and is scaled up.
+func TestGzipBomb(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{MaxDecodedBytes: 1 << 20})
+	body := gzipped(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("ab ", 4<<20) + `"}]}`)
+	start := time.Now()
+	got := p.Estimate(&Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", Body: body, ContentLength: int64(len(body))})
+	if got.Reason != ReasonGzip || got.PromptTokens < 1<<20/3 || got.Exact {
+		t.Errorf("got %+v, want a scaled approximate price of at least %d", got, 1<<20/3)
+	}
+	t.Logf("%d compressed bytes: %+v in %v", len(body), got, time.Since(start))
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	_, err := New(Options{DefaultOutputTokens: -1, FallbackEncoding: "p50k_base", AnthropicFactor: 0.5,
+		OutputRules: []OutputRule{{Model: "[", Tokens: 1}}, MaxBodyBytes: -1})
+	if err == nil {
+		t.Fatal("New accepted bad options")
+	}
+	for _, want := range []string{"DefaultOutputTokens", "FallbackEncoding", "AnthropicFactor", "OutputRules[0]", "MaxBodyBytes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
+
+// TestOneMiB prices a 1 MiB chat body and reports the time (it must be far below Envoy's
+// ext_authz timeout, typically 200 ms to 1 s; the bound here allows for the race detector).
+func TestOneMiB(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{})
+	body := chatBody(t, englishProse(t, 1<<20))
+	start := time.Now()
+	got := p.Estimate(post("/v1/chat/completions", body))
+	d := time.Since(start)
+	t.Logf("1 MiB chat body priced in %v: %+v", d, got)
+	if !got.Exact || got.PromptTokens < 1<<20/8 {
+		t.Errorf("got %+v", got)
+	}
+	if d > 5*time.Second {
+		t.Errorf("1 MiB took %v", d)
+	}
+}
+
+func chatBody(tb testing.TB, text []byte) string {
+	return mustJSON(tb, map[string]any{"model": "gpt-4o", "max_tokens": 100, "messages": []map[string]string{
+		{"role": "system", "content": "You are a helpful assistant."},
+		{"role": "user", "content": string(text)},
+	}})
+}
+
+// FuzzEstimate: arbitrary bodies and paths never panic and never give a negative price.
+// Long fuzzing: go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
+func FuzzEstimate(f *testing.F) {
+	p := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}})
+	seeds := []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`},
+		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],"tools":[{}]}`},
+		{"/v1/completions", `{"prompt":[[1,2],[3]],"n":1e2,"max_tokens":1.0}`},
+		{"/v1/embeddings", `{"input":["a",1,null]}`},
+		{"/v1/responses", `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]},{"type":"function_call"}],"text":{"format":{"type":"json_schema"}}}`},
+		{"/openai/deployments/d/chat/completions?api-version=1", `{"messages":[]}`},
+		{"/v1/messages", `{"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":"x"}]}]}],"tools":[1],"max_tokens":-1}`},
+		{"/v1/chat/completions", `{"a":"\ud800\u12"}`},
+		{"/x", "\x00\xff"},
+		{"/v1/chat/completions", strings.Repeat("[", 1000)},
+	}
+	for _, s := range seeds {
+		f.Add(s.path, []byte(s.body), "", int64(-1), false)
+	}
+	f.Add("/v1/chat/completions", gzipped(seeds[0].body), "gzip", int64(10), true)
+	f.Fuzz(func(t *testing.T, path string, body []byte, encoding string, length int64, partial bool) {
+		in := &Input{Path: path, Body: body, ContentEncoding: encoding, ContentLength: length, Partial: partial}
+		start := time.Now()
+		got := p.Estimate(in)
+		if got.PromptTokens < 0 || got.OutputTokens < 0 || got.Cost() < 0 {
+			t.Fatalf("negative price %+v", got)
+		}
+		if got.Exact != (got.Reason == "") {
+			t.Fatalf("exact %v with reason %q", got.Exact, got.Reason)
+		}
+		if got.Reason == ReasonInternal {
+			t.Fatalf("internal error on %q %q", path, body)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("took %v for %d bytes", d, len(body))
+		}
+	})
+}
+
+func ExamplePricer_Estimate() {
+	p, err := New(Options{})
+	if err != nil {
+		panic(err)
+	}
+	est := p.Estimate(&Input{
+		Path:          "/v1/chat/completions",
+		Body:          []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":50}`),
+		ContentLength: -1,
+	})
+	fmt.Println(est.Provider, est.API, est.Model, est.PromptTokens, est.OutputTokens, est.Cost(), est.Exact)
+	// Output: openai chat_completions gpt-4o 8 50 58 true
+}
