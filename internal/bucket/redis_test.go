@@ -1,0 +1,309 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
+)
+
+// TestRedisRetryAfter checks the returned wait against the server's real clock: retrying after
+// exactly Wait succeeds, retrying after 95% of it fails.
+func TestRedisRetryAfter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t)
+	clients := map[string]redis.UniversalClient{"redis": srv.Client(), "cluster": cl.Client()}
+	scenarios := []struct {
+		name         string
+		drain, probe []Spec
+	}{
+		{"token_bucket",
+			[]Spec{tokenBucket("tb", 10, 4*time.Second, 10)},
+			[]Spec{tokenBucket("tb", 10, 4*time.Second, 5)}}, // 2 s
+		{"sliding_window",
+			[]Spec{slidingWindow("sw", 10, 2*time.Second, 10)},
+			[]Spec{slidingWindow("sw", 10, 2*time.Second, 4)}}, // 2 s to 2.2 s
+		{"two_buckets",
+			[]Spec{tokenBucket("tb", 10, 2*time.Second, 10), slidingWindow("sw", 10, 2*time.Second, 10)},
+			[]Spec{tokenBucket("tb", 10, 2*time.Second, 4), slidingWindow("sw", 10, 2*time.Second, 1)}},
+	}
+	for name, c := range clients {
+		for _, sc := range scenarios {
+			t.Run(name+"/"+sc.name, func(t *testing.T) {
+				t.Parallel()
+				retryAfter(t, c, sc.drain, sc.probe)
+			})
+		}
+	}
+}
+
+func retryAfter(t *testing.T, c redis.UniversalClient, drain, probe []Spec) {
+	ctx := context.Background()
+	for range 3 {
+		s := NewRedis(c, RedisOptions{Prefix: uniquePrefix()})
+		if res := take(t, s, &Request{Tag: "p", Buckets: drain}); res.Outcome != Allowed {
+			t.Fatalf("drain: %+v", res)
+		}
+		sent := time.Now()
+		res, err := s.Take(ctx, &Request{Tag: "p", Buckets: probe})
+		recv := time.Now()
+		if err != nil || res.Outcome != Denied || res.Wait < time.Second {
+			t.Fatalf("probe: %+v, %v; want denied for a second or more", res, err)
+		}
+		wait := res.Wait
+		time.Sleep(time.Until(recv.Add(wait * 95 / 100)))
+		early := take(t, s, &Request{Tag: "p", Buckets: probe})
+		if time.Since(sent) >= wait {
+			// The early probe reached Redis too late to prove anything (a loaded machine); again.
+			t.Logf("early probe took too long (%v after the denial, wait %v); retrying", time.Since(sent), wait)
+			continue
+		}
+		if early.Outcome != Denied {
+			t.Fatalf("at 95%% of the wait %v: %+v, want denied", wait, early)
+		}
+		time.Sleep(time.Until(recv.Add(wait)))
+		if res := take(t, s, &Request{Tag: "p", Buckets: probe}); res.Outcome != Allowed {
+			t.Fatalf("after the wait %v: %+v, want allowed", wait, res)
+		}
+		return
+	}
+	t.Fatal("no conclusive early probe in 3 attempts")
+}
+
+// TestRedisScriptCacheLoss checks that SCRIPT FLUSH and a restart are invisible to callers.
+func TestRedisScriptCacheLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c, err := NewClient(srv.URL(), ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := NewRedis(c, RedisOptions{Prefix: "rl:"})
+	r := req(tokenBucket("a", 10, time.Minute, 1))
+	take(t, s, r)
+	srv.Do(ctx, "SCRIPT", "FLUSH")
+	if res := take(t, s, r); res.Buckets[0].Remaining != 8 {
+		t.Fatalf("after SCRIPT FLUSH: %+v", res)
+	}
+	srv.Restart()
+	if res := take(t, s, r); res.Buckets[0].Remaining != 9 {
+		t.Fatalf("after a restart (state lost, script cache empty): %+v, want a fresh bucket", res)
+	}
+
+	cl := redistest.StartCluster(t)
+	cc := cl.Client()
+	cs := NewRedis(cc, RedisOptions{Prefix: "rl:"})
+	take(t, cs, r)
+	for _, n := range cl.Nodes {
+		n.Do(ctx, "SCRIPT", "FLUSH")
+	}
+	if res := take(t, cs, r); res.Buckets[0].Remaining != 8 {
+		t.Fatalf("cluster after SCRIPT FLUSH: %+v", res)
+	}
+}
+
+// TestRedisStorage checks what a bucket leaves in Redis: its expiry (once full again, plus the
+// margin), its deletion when full, and its size, logged for the package documentation.
+func TestRedisStorage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	clk := newClock(t0)
+	s := newFakeTimeRedis(c, RedisOptions{Prefix: "rl:"}, clk.Now)
+	key := func(spec Spec) string {
+		return s.keys("openai", 1, func(int) *Spec { return &spec })[0]
+	}
+	pttl := func(spec Spec) time.Duration {
+		d, err := c.PTTL(ctx, key(spec)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	r := func(specs ...Spec) *Request { return &Request{Tag: "openai", Buckets: specs} }
+
+	tb := tokenBucket("tenant-42:gpt-4o:tpm", 30000, time.Minute, 3000)
+	sw := slidingWindow("tenant-42:gpt-4o:rpm", 500, time.Minute, 1)
+	day := quota("tenant-42:day", 1_000_000, Day, 3000)
+	month := quota("tenant-42:month", 1_000_000, Month, 3000)
+	take(t, s, r(tb, sw, day, month))
+	// Fill every sub-window of the sliding window: its largest size.
+	for range SlidingWindows {
+		clk.Advance(6 * time.Second)
+		take(t, s, r(sw))
+	}
+	for _, tc := range []struct {
+		spec Spec
+		ttl  time.Duration // expected PTTL, to the margin
+		max  int64         // MEMORY USAGE bound
+	}{
+		{tb, 0, 160},
+		{sw, 66 * time.Second, 256},
+		{day, 0, 140},
+		{month, 0, 140},
+	} {
+		got := pttl(tc.spec)
+		if tc.ttl != 0 && (got <= tc.ttl || got > tc.ttl+time.Second) {
+			t.Errorf("%s: PTTL %v, want %v plus the 1 s margin", tc.spec.Name, got, tc.ttl)
+		}
+		size, err := c.MemoryUsage(ctx, key(tc.spec), 0).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("MEMORY USAGE %-40q %4d bytes (%s)", key(tc.spec), size, tc.spec.Algorithm)
+		if size > tc.max {
+			t.Errorf("%s: MEMORY USAGE %d bytes, want at most %d", tc.spec.Name, size, tc.max)
+		}
+	}
+
+	// Expiries right after a take, on a fresh clock.
+	clk.Set(t0)
+	s = newFakeTimeRedis(c, RedisOptions{Prefix: "rl2:"}, clk.Now)
+	tb.Cost, day.Cost = 3000, 4
+	take(t, s, r(tb, day))
+	for _, tc := range []struct {
+		spec Spec
+		ttl  time.Duration
+	}{{tb, 6 * time.Second}, {day, time.Minute}} {
+		if got := pttl(tc.spec); got <= tc.ttl || got > tc.ttl+time.Second {
+			t.Errorf("%s: PTTL %v, want %v plus the 1 s margin", tc.spec.Name, got, tc.ttl)
+		}
+	}
+	// A month's debt keeps the key until it is paid: 3.5e6 used of 1e6 a month is paid on 1 June.
+	adjust(t, s, "openai", Adjustment{Spec: month, Delta: -3_500_000})
+	want := time.Date(2024, 6, 1, 0, 0, 0, 0, time.UTC).Sub(t0)
+	if got := pttl(month); got <= want || got > want+time.Second {
+		t.Errorf("month in debt: PTTL %v, want %v plus the margin", got, want)
+	}
+	// A refund to full deletes the key.
+	adjust(t, s, "openai", Adjustment{Spec: tb, Delta: 3000}, Adjustment{Spec: day, Delta: 4})
+	for _, spec := range []Spec{tb, day} {
+		if n := c.Exists(ctx, key(spec)).Val(); n != 0 {
+			t.Errorf("%s: a full bucket is still stored", spec.Name)
+		}
+	}
+	// A decision that debits nothing writes nothing.
+	before := c.DBSize(ctx).Val()
+	take(t, s, r(with(sw, 0), with(tb, 0)))
+	if after := c.DBSize(ctx).Val(); after != before {
+		t.Errorf("a zero-cost take created %d keys", after-before)
+	}
+}
+
+// TestDifferential drives the Memory and Redis stores with the same random operations on the same
+// clock and requires identical results, bit for bit.
+func TestDifferential(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	clk := newClock(t0)
+	mem := NewMemory(MemoryOptions{Now: clk.Now})
+	red := newFakeTimeRedis(srv.Client(), RedisOptions{Prefix: "diff:"}, clk.Now)
+	specs := []Spec{
+		tokenBucket("tb", 100, time.Minute, 0),
+		{Name: "burst", Limit: 7, Burst: 30, Period: 7 * time.Second},
+		{Name: "big", Limit: 999_999_937, Period: 29 * 24 * time.Hour},
+		slidingWindow("sw", 50, 10*time.Second, 0),
+		slidingWindow("sw3", 13, 3*time.Second+7*time.Microsecond, 0),
+		quota("day", 200, Day, 0),
+		quota("month", 1000, Month, 0),
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	ctx := context.Background()
+	for i := range 600 {
+		switch rng.IntN(10) {
+		case 0:
+			clk.Advance(time.Duration(rng.Int64N(int64(6 * time.Hour))).Truncate(time.Microsecond))
+		default:
+			clk.Advance(time.Duration(rng.Int64N(int64(2 * time.Second))).Truncate(time.Microsecond))
+		}
+		var picked []Spec
+		for _, j := range rng.Perm(len(specs))[:1+rng.IntN(3)] {
+			s := specs[j]
+			c := s.Capacity()
+			s.Cost = rng.Int64N(c/3 + 2)
+			if rng.IntN(20) == 0 {
+				s.Cost = c + 1
+			}
+			if rng.IntN(4) == 0 {
+				s.Floor = float64(rng.IntN(10)) / 10
+			}
+			picked = append(picked, s)
+		}
+		if rng.IntN(5) == 0 {
+			adj := make([]Adjustment, len(picked))
+			for j, s := range picked {
+				adj[j] = Adjustment{Spec: s, Delta: rng.Int64N(2*s.Capacity()) - s.Capacity()}
+			}
+			em, er := mem.Adjust(ctx, "d", adj), red.Adjust(ctx, "d", adj)
+			if em != nil || er != nil {
+				t.Fatalf("op %d: Adjust: memory %v, redis %v", i, em, er)
+			}
+			continue
+		}
+		r := &Request{Tag: "d", Buckets: picked}
+		if rng.IntN(3) == 0 {
+			r.MaxWait = time.Duration(rng.Int64N(int64(30 * time.Second))).Truncate(time.Microsecond)
+		}
+		want, werr := mem.Take(ctx, r)
+		got, gerr := red.Take(ctx, r)
+		if werr != nil || gerr != nil {
+			t.Fatalf("op %d: Take: memory %v, redis %v", i, werr, gerr)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("op %d at %v: %+v\nmemory and redis differ (-memory +redis):\n%s", i, clk.Now(), r, diff)
+		}
+	}
+}
+
+// TestKeys checks the key layout: one hash tag per decision, injective escaping, bounded length.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("t", 10<<10)
+	parts := []string{"", "a", "A", "a}{b", "{", "}", "%", "%25", "%7B", "#", "#0", "a\nb", "a b", "ü", "\x00", long, long + "x", "tenant-42:gpt-4o"}
+	seen := map[string]string{}
+	for _, tag := range parts {
+		for _, name := range parts {
+			spec := Spec{Name: name}
+			k := string(appendKey(nil, "rl:", tag, &spec))
+			if len(k) != keyLen("rl:", tag, &spec) {
+				t.Errorf("keyLen(%.20q, %.20q) = %d, key is %d bytes", tag, name, keyLen("rl:", tag, &spec), len(k))
+			}
+			if prev, dup := seen[k]; dup {
+				t.Errorf("key %q for (%.20q, %.20q) collides with %s", k, tag, name, prev)
+			}
+			seen[k] = fmt.Sprintf("(%.20q, %.20q)", tag, name)
+			if len(k) > 3+2+2+2*maxPart {
+				t.Errorf("key %.40q is %d bytes", k, len(k))
+			}
+			// The hash tag, as Redis Cluster finds it, is exactly the encoded tag.
+			open := strings.IndexByte(k, '{')
+			end := strings.IndexByte(k[open+1:], '}')
+			if got, want := k[open+1:open+1+end], string(appendPart(nil, tag)); end <= 0 || got != want {
+				t.Errorf("key %q: hash tag %q, want %q", k, got, want)
+			}
+			for _, c := range []byte(k) {
+				if c < 0x21 || c > 0x7e {
+					t.Errorf("key %q holds byte %#x", k, c)
+				}
+			}
+		}
+	}
+	if got := string(appendKey(nil, "rl:", "openai", &Spec{Name: "tenant-42:gpt-4o:tpm"})); got != "rl:{openai}t:tenant-42:gpt-4o:tpm" {
+		t.Errorf("readable key = %q", got)
+	}
+	s := NewRedis(nil, RedisOptions{Prefix: "a{b}c:"})
+	if got := s.keys("x", 1, func(int) *Spec { return &Spec{Name: "n"} })[0]; got != "a%7Bb%7Dc:{x}t:n" {
+		t.Errorf("braces in the prefix: key %q", got)
+	}
+}
