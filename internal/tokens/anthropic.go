@@ -1,6 +1,9 @@
 package tokens
 
-import "math"
+import (
+	"math"
+	"path"
+)
 
 // Anthropic pricing: an estimate, see the package doc. Text is counted with cl100k_base; the
 // count plus per-message and per-block overheads is multiplied by Options.AnthropicFactor.
@@ -10,7 +13,7 @@ const (
 	anthropicBase        = 10  // conversation wrapper
 	anthropicPerMessage  = 5   // role markers
 	anthropicPerBlock    = 3   // content block framing
-	anthropicToolsSystem = 346 // tool-use system prompt (Anthropic's pricing docs, tool_choice auto/none)
+	anthropicToolsSystem = 530 // the largest tool-use system prompt in Anthropic's published table
 )
 
 func (s *pricing) anthropic(root int) {
@@ -70,7 +73,7 @@ func (s *pricing) anthropic(root int) {
 	if t := s.d.get(root, "tools"); s.d.kind(t) == jArray && s.d.nodes[t].next != int32(t+1) {
 		text += anthropicToolsSystem + s.countRaw(t)
 	}
-	s.est.PromptTokens = int64(math.Ceil(float64(text)*s.p.opts.AnthropicFactor)) + images
+	s.est.PromptTokens = int64(math.Ceil(float64(text)*s.anthropicFactor())) + images
 	s.est.OutputTokens = s.maxOutput(root, s.defaultOutput(), "max_tokens")
 }
 
@@ -83,4 +86,14 @@ func (s *pricing) anthropicImage(src int) int64 {
 		}
 	}
 	return s.p.opts.AnthropicImageTokens
+}
+
+// anthropicFactor is the multiplier for the request's model.
+func (s *pricing) anthropicFactor() float64 {
+	for _, r := range s.p.opts.AnthropicFactors {
+		if ok, _ := path.Match(r.Model, s.est.Model); ok {
+			return r.Factor
+		}
+	}
+	return s.p.opts.AnthropicFactor
 }

@@ -23,6 +23,20 @@ type OutputRule struct {
 	Tokens int64
 }
 
+// FactorRule sets the Anthropic estimate's multiplier for models matching a glob.
+type FactorRule struct {
+	Model  string // path.Match glob over the model name
+	Factor float64
+}
+
+// DefaultAnthropicFactors: 1.6 for the models that use Anthropic's earlier tokenizer (Claude 3
+// through Opus 4.6, Sonnet 4.6 and Haiku 4.5); newer models fall back to AnthropicFactor.
+var DefaultAnthropicFactors = []FactorRule{
+	{Model: "claude-3*", Factor: 1.6},
+	{Model: "claude-*-4-[0-6]*", Factor: 1.6},
+	{Model: "claude-*-4", Factor: 1.6},
+}
+
 // Options configures a Pricer. The zero value is usable: New fills the documented defaults.
 type Options struct {
 	// DefaultOutputTokens is the output reserved when a request names no maximum
@@ -47,8 +61,12 @@ type Options struct {
 	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown (an
 	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
 	ImageTokens int64
-	// AnthropicFactor multiplies the cl100k_base count of Anthropic request text (see the
-	// package doc for the evidence). Must be >= 1. Default 1.6.
+	// AnthropicFactors set the multiplier of the cl100k_base count of Anthropic request text
+	// per model glob (first match wins); see the package doc for the evidence. Nil means
+	// DefaultAnthropicFactors; an empty non-nil slice means none.
+	AnthropicFactors []FactorRule
+	// AnthropicFactor is the multiplier for Anthropic models no AnthropicFactors rule matches
+	// (newer and unknown models). Must be in [1, 10]. Default 2.0.
 	AnthropicFactor float64
 	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown. Default
 	// 1600, the most Anthropic's published formula gives (1.15 megapixels / 750).
@@ -59,7 +77,7 @@ type Options struct {
 const (
 	DefaultOutputTokens  = 4096
 	DefaultMaxBodyBytes  = 16 << 20
-	DefaultAnthropic     = 1.6
+	DefaultAnthropic     = 2.0
 	DefaultAnthropicImg  = 1600
 	completionsMaxTokens = 16 // the /v1/completions API's own default max_tokens
 	maxN                 = 128
@@ -125,8 +143,19 @@ func New(opts Options) (*Pricer, error) {
 	if opts.ImageTokens < 0 || opts.AnthropicImageTokens < 0 {
 		errs = append(errs, errors.New("tokens: image token costs must not be negative"))
 	}
-	if math.IsNaN(opts.AnthropicFactor) || opts.AnthropicFactor < 1 || opts.AnthropicFactor > 10 {
+	if opts.AnthropicFactors == nil {
+		opts.AnthropicFactors = DefaultAnthropicFactors
+	}
+	if !(opts.AnthropicFactor >= 1 && opts.AnthropicFactor <= 10) {
 		errs = append(errs, fmt.Errorf("tokens: AnthropicFactor %v out of range [1, 10]", opts.AnthropicFactor))
+	}
+	for i, r := range opts.AnthropicFactors {
+		if _, err := path.Match(r.Model, ""); err != nil {
+			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: model glob %q: %w", i, r.Model, err))
+		}
+		if !(r.Factor >= 1 && r.Factor <= 10) {
+			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: factor %v out of range [1, 10]", i, r.Factor))
+		}
 	}
 	for name, model := range opts.AzureDeployments {
 		if name == "" || model == "" {

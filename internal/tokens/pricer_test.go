@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -163,6 +164,8 @@ func TestEstimate(t *testing.T) {
 			Estimate{Provider: AzureOpenAI, API: ChatCompletions, Model: "gpt-35-turbo", PromptTokens: 3 + 1 + cnt(cl, "Hello") + 3, OutputTokens: 3, Exact: true}},
 		{"anthropic", post("/v1/messages", `{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"user","content":"Hello"}],"max_tokens":100}`),
 			Estimate{Provider: Anthropic, API: Messages, Model: "claude-sonnet-4-5", PromptTokens: ceil16(anthropicBase + cnt(cl, "Be brief.") + anthropicPerMessage + cnt(cl, "Hello")), OutputTokens: 100, Reason: ReasonAnthropicEstimate}},
+		{"anthropic newer model", post("/v1/messages", `{"model":"claude-opus-4-7","messages":[{"role":"user","content":"Hello"}],"max_tokens":100}`),
+			Estimate{Provider: Anthropic, API: Messages, Model: "claude-opus-4-7", PromptTokens: 2 * (anthropicBase + anthropicPerMessage + cnt(cl, "Hello")), OutputTokens: 100, Reason: ReasonAnthropicEstimate}},
 		{"anthropic blocks, image, tools", post("/v1/messages", `{"model":"claude-opus-4-1","system":[{"type":"text","text":"Sys"}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"max_tokens":1}`),
 			Estimate{Provider: Anthropic, API: Messages, Model: "claude-opus-4-1", PromptTokens: ceil16(anthropicBase+anthropicPerBlock+cnt(cl, "Sys")+anthropicPerMessage+2*anthropicPerBlock+cnt(cl, "Hi")+anthropicToolsSystem+cnt(cl, `[{"name":"f","input_schema":{"type":"object"}}]`)) + 1600, OutputTokens: 1, Reason: ReasonAnthropicEstimate}},
 		{"not JSON", post("/v1/chat/completions", `this is not json`),
@@ -194,7 +197,7 @@ func TestEstimate(t *testing.T) {
 	}
 }
 
-func ceil16(n int64) int64 { return int64(float64(n)*DefaultAnthropic + 0.999999) }
+func ceil16(n int64) int64 { return int64(math.Ceil(float64(n) * 1.6)) }
 
 // TestGzipBomb: a body that decodes beyond MaxDecodedBytes stops there and is scaled up.
 func TestGzipBomb(t *testing.T) {

@@ -1,0 +1,107 @@
+// Package tokens prices LLM requests in tokens: it reads a request's path, headers and body
+// and returns the provider, API, model, prompt tokens, output tokens reserved and whether the
+// count is exact. It owns the exact token counter for OpenAI's cl100k_base and o200k_base
+// encodings. It must never import internal/filter or internal/bucket (they consume it), and
+// nothing in it touches the network: the vocabularies are embedded.
+//
+// # APIs
+//
+//   - OpenAI /v1/chat/completions: messages with string or content-part content, name,
+//     assistant tool_calls and function_call, tool messages, tools/functions, response_format,
+//     image parts.
+//   - OpenAI /v1/completions: prompt as a string, array of strings, token array or array of
+//     token arrays; suffix.
+//   - OpenAI /v1/responses: instructions, input as a string or items, tools, text.format,
+//     max_output_tokens.
+//   - OpenAI /v1/embeddings: input as a string, array of strings or token arrays; no output.
+//   - Azure OpenAI /openai/deployments/{name}/{chat/completions,completions,embeddings,
+//     responses}?api-version=...: the model from the body, else Options.AzureDeployments, else
+//     the deployment name itself; /openai/v1/... with the model in the body.
+//   - Anthropic /v1/messages: system as a string or blocks, content blocks (text, image,
+//     tool_use, tool_result, thinking, documents), tools, max_tokens.
+//   - OpenAI-compatible servers (vLLM, LiteLLM, ...) on the same paths, also under a prefix
+//     (any path ending in /chat/completions etc.); unknown models use Options.FallbackEncoding.
+//
+// Any other path is UnknownAPI: the raw body is counted as text and no output is reserved.
+//
+// # Counting rules and their sources
+//
+// Exact (Estimate.Exact): OpenAI chat messages whose content is a string, completions prompts
+// and embeddings inputs, for models whose encoding is known (EncodingForModel: o200k_base for
+// gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1/o3/o4 and gpt-oss; cl100k_base for gpt-4, gpt-3.5-turbo
+// and text-embedding-3/ada-002; tiktoken's model table).
+//
+//   - Chat: OpenAI Cookbook, "How to count tokens with tiktoken" (num_tokens_from_messages):
+//     3 tokens per message plus the tokens of each of its string values (role, content, name,
+//     tool_call_id, ...), +1 per name, +3 priming the reply (gpt-3.5-turbo-0301: 4 and -1).
+//     testdata/openai_cookbook.json holds the cookbook's published totals (129 for gpt-4 and
+//     gpt-3.5-turbo, 124 for gpt-4o, 127 for gpt-3.5-turbo-0301) and the tests match them.
+//   - Completions and embeddings: the prompt's tokens; token-id arrays count one per id.
+//   - Special-token strings in user text ("<|endoftext|>") are ordinary text, as OpenAI's API
+//     treats them (tiktoken's encode_ordinary).
+//
+// Approximate (Estimate.Reason says why; the Reason constants document each price):
+//
+//   - Content parts: each text part counted on its own (no published rule for parts).
+//   - Images: OpenAI's published rule from the vision guide ("Calculating costs"): detail low
+//     is the base cost (85 for gpt-4o); otherwise the image is scaled to fit 2048x2048, then
+//     its short side to 768, and costs base + tile per 512 px tile (85 + 170 for gpt-4o,
+//     gpt-4.1, gpt-4.5; 2833 + 5667 for gpt-4o-mini; 75 + 150 for o1/o3; 70 + 140 for gpt-5),
+//     or 32 px patches (at most 1536) times 1.62 (gpt-4.1-mini, gpt-5-mini), 2.46
+//     (gpt-4.1-nano, gpt-5-nano), 1.72 (o4-mini). Sizes are read from data: URLs (PNG, GIF,
+//     JPEG, WebP headers); an http(s) URL costs the rule's worst case (1445 for gpt-4o: 2x4
+//     tiles) or Options.ImageTokens. "auto" detail is priced as high.
+//   - Tools, functions, tool calls and JSON-schema response formats: no published rule;
+//     their JSON text is counted plus 20 tokens for the hidden tools preamble (5 per tool
+//     call). The JSON text is longer than OpenAI's TypeScript-like rendering, so this errs
+//     high: 138-140 tokens where the cookbook's example costs 101-105.
+//   - Responses API: the chat rule applied to instructions and input items; function calls,
+//     outputs and reasoning items count as JSON text. A previous_response_id brings turns the
+//     body does not show, which cannot be priced.
+//   - Anthropic: no public tokenizer exists for Claude 3 and later (the one in older SDKs is
+//     Claude 2's, and Anthropic says it is not accurate for newer models). The estimate is
+//     ceil(factor * (cl100k_base tokens of all text, tool inputs and tool definitions as JSON
+//     + 10 + 5 per message + 3 per block + 530 when tools are defined)) + images. The factor
+//     is 1.6 for models on Anthropic's earlier tokenizer (claude-3*, claude-*-4-[0-6]*, i.e.
+//     up to Opus 4.6, Sonnet 4.6, Haiku 4.5) and 2.0 for newer and unknown models
+//     (Options.AnthropicFactors, Options.AnthropicFactor). Evidence, all public and none of it
+//     a tokenizer: comparisons of Anthropic's count_tokens with tiktoken put Claude 3.x/4.x at
+//     roughly 1.15-1.3x GPT-4o's o200k_base (English at the low end, code at the high end),
+//     and cl100k_base gives as many or more tokens than o200k_base on English and code and
+//     far more on CJK; Anthropic's migration guide says Opus 4.7's new tokenizer uses 1.0-1.35x
+//     the tokens of Opus 4.6, and independent count_tokens measurements (April 2026) found
+//     1.45x on English prose, 1.15-1.33x on code and 1.0x on CJK, so 1.3 x 1.45 < 2.0. The
+//     multipliers are margins, not measurements: if count_tokens shows more, raise them.
+//     530 is the largest tool-use system prompt in the table Anthropic publishes (Claude 3
+//     Opus, tool_choice auto). Images: Anthropic's vision guide, width*height/750 after scaling
+//     to at most 1568 px and 1.15 MP; unknown sizes cost Options.AnthropicImageTokens (1600,
+//     the formula's maximum).
+//   - Unknown models: Options.FallbackEncoding (cl100k_base by default).
+//
+// Output reserved: max_completion_tokens or max_tokens (chat), max_tokens (completions,
+// default 16 as the API's own), max_output_tokens (Responses), max_tokens (Anthropic), times n
+// (chat) or max(n, best_of) per prompt (completions); when absent, the first
+// Options.OutputRules glob matching the model, else Options.DefaultOutputTokens (4096).
+// Embeddings reserve nothing.
+//
+// Bodies that cannot be priced field by field are never an error: non-JSON (or nesting deeper
+// than 128), invalid UTF-8, wrong types, gzip/deflate (decoded up to MaxDecodedBytes, then
+// scaled), other encodings (one token per compressed byte), partial bodies (the prefix scaled
+// by content-length) and bodies over MaxBodyBytes all get a price marked approximate.
+//
+// # The counter
+//
+// Encoding returns an Encoder whose Count equals len(tiktoken.encode_ordinary(text)) for
+// tiktoken 0.14.0. The split patterns are reproduced by hand-written scanners (split.go; no
+// regular expressions) whose character classes are generated from tiktoken's own regex engine
+// (Unicode 16.0; Go's unicode package is 15.0.0, see unicode_tables.go and gen_unicode.py).
+// Merges follow tiktoken's lowest-rank-first rule: a quadratic scan for pieces up to 48 bytes
+// (fastest there), a binary heap up to 2 KiB and a per-rank bucket queue above, so a piece of n
+// bytes costs O(n log n) at worst instead of tiktoken-go's O(n²). Counting builds no token
+// list and allocates nothing for ordinary text.
+//
+// Proof: testdata/corpus.jsonl (1,281 texts, counts from Python tiktoken via
+// testdata/gen_corpus.py, both encodings), differential fuzzing against pkoukk/tiktoken-go
+// (FuzzCount), the cookbook fixtures, and FuzzEstimate. Benchmarks: BenchmarkCount,
+// BenchmarkOracle, BenchmarkEstimate.
+package tokens
