@@ -60,8 +60,9 @@
 //     body does not show, which cannot be priced.
 //   - Anthropic: no public tokenizer exists for Claude 3 and later (the one in older SDKs is
 //     Claude 2's, and Anthropic says it is not accurate for newer models). The estimate is
-//     ceil(factor * (cl100k_base tokens of all text, tool inputs and tool definitions as JSON
-//     + 10 + 5 per message + 3 per block + 530 when tools are defined)) + images. The factor
+//     ceil(factor * (cl100k_base tokens of all text, tool inputs and tool definitions as
+//     JSON, plus 10, plus 5 per message, 3 per block and 530 when tools are defined)), plus
+//     images. The factor
 //     is 1.6 for models on Anthropic's earlier tokenizer (claude-3*, claude-*-4-[0-6]*, i.e.
 //     up to Opus 4.6, Sonnet 4.6, Haiku 4.5) and 2.0 for newer and unknown models
 //     (Options.AnthropicFactors, Options.AnthropicFactor). Evidence, all public and none of it
