@@ -1,0 +1,104 @@
+package bucket
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
+)
+
+// benchParallelism x GOMAXPROCS goroutines issue decisions concurrently in every Redis benchmark.
+const benchParallelism = 16
+
+// trivialScript is the baseline: one EVALSHA that touches one key and returns.
+var trivialScript = redis.NewScript("return redis.call('EXISTS', KEYS[1])")
+
+// benchSpecs are the buckets of a typical decision, generous enough never to deny.
+func benchSpecs(n int) []Spec {
+	all := []Spec{
+		{Name: "tenant-42:gpt-4o:tpm", Limit: 1e12, Period: time.Minute, Cost: 1200},
+		{Name: "tenant-42:gpt-4o:rpm", Algorithm: SlidingWindow, Limit: 1e12, Period: time.Minute, Cost: 1},
+		{Name: "tenant-42:tpm", Limit: 1e12, Period: time.Minute, Cost: 1200},
+		{Name: "tenant-42:month", Algorithm: Quota, Calendar: Month, Limit: 1e12, Cost: 1200},
+	}
+	return all[:n]
+}
+
+// BenchmarkRedis measures decisions/s of the Redis store with 1, 2 and 4 buckets per decision
+// against a bare EVALSHA of a trivial script, on the same server and concurrency in the same run;
+// x_bare is the store's throughput as a fraction of the bare EVALSHA's.
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.StartServer(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	var bare float64 // ns per op of the baseline
+	b.Run("bare_evalsha", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(benchParallelism)
+		keys := []string{"bench:{p}bare"}
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := trivialScript.Run(ctx, c, keys, "x").Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		bare = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	})
+	for _, n := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
+			s := NewRedis(c, RedisOptions{Prefix: "bench:"})
+			r := &Request{Tag: "openai", Buckets: benchSpecs(n)}
+			b.ReportAllocs()
+			b.SetParallelism(benchParallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					res, err := s.Take(ctx, r)
+					if err != nil || res.Outcome != Allowed {
+						b.Errorf("Take: %+v, %v", res, err)
+						return
+					}
+				}
+			})
+			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			if bare > 0 {
+				b.ReportMetric(bare/ns, "x_bare")
+			}
+		})
+	}
+}
+
+// BenchmarkMemory measures the in-memory store's decisions, sequentially (allocations, latency).
+func BenchmarkMemory(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
+			m := NewMemory(MemoryOptions{})
+			r := &Request{Tag: "openai", Buckets: benchSpecs(n)}
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, err := m.Take(ctx, r); err != nil || res.Outcome != Allowed {
+					b.Fatalf("Take: %+v, %v", res, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkKeys measures building a 4-bucket decision's keys.
+func BenchmarkKeys(b *testing.B) {
+	s := NewRedis(nil, RedisOptions{Prefix: "rl:"})
+	specs := benchSpecs(4)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = s.keys("openai", len(specs), func(i int) *Spec { return &specs[i] })
+	}
+}
