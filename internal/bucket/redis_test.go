@@ -307,3 +307,34 @@ func TestKeys(t *testing.T) {
 		t.Errorf("braces in the prefix: key %q", got)
 	}
 }
+
+// TestRedisOneRoundTrip checks that a decision is one EVALSHA, whatever its number of buckets.
+func TestRedisOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	s := NewRedis(c, RedisOptions{Prefix: "rt:"})
+	take(t, s, req(benchSpecs(1)...)) // loads the script (EVALSHA, then EVAL)
+	srv.Do(ctx, "CONFIG", "RESETSTAT")
+	for range 10 {
+		take(t, s, &Request{Tag: "openai", Buckets: benchSpecs(4)})
+	}
+	// Commands the script runs count too; anything else would be an extra round trip.
+	inScript := map[string]bool{"time": true, "hmget": true, "hgetall": true, "hset": true, "hdel": true, "del": true, "pexpire": true}
+	stats := c.Info(ctx, "commandstats").Val()
+	evalsha := ""
+	for line := range strings.SplitSeq(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+		switch {
+		case !ok || strings.HasPrefix(line, "#") || name == "info" || name == "config|resetstat":
+		case name == "evalsha":
+			evalsha = rest
+		case !inScript[name]:
+			t.Errorf("a decision ran %s: %s", name, rest)
+		}
+	}
+	if !strings.HasPrefix(evalsha, "calls=10,") {
+		t.Fatalf("10 decisions of 4 buckets: evalsha %q, want calls=10", evalsha)
+	}
+}
