@@ -42,6 +42,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, s.Recorder.Stats())
+	case strings.HasPrefix(r.URL.Path, "/price/") && r.Method == http.MethodPost:
+		s.price(w, r)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
 		s.models(w, r)
 	case r.Method == http.MethodPost:
@@ -96,6 +98,23 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 		data = append(data, map[string]any{"id": m, "object": "model", "created": 1715367049, "owned_by": "system"})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// price answers what the request under /price would cost, without admitting or recording it:
+// the suite uses it to turn the clients' call counts into offered tokens.
+func (s *Server) price(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, "/price")
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	var p *Price
+	if err == nil {
+		p, err = s.Pricer.Price(path, body)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"provider": p.Provider, "api": p.API, "model": p.Model,
+		"prompt": p.Prompt, "output": p.Output, "cost": p.Cost()})
 }
 
 func apiKey(r *http.Request) string {

@@ -244,6 +244,16 @@ func TestResponsesAndModels(t *testing.T) {
 	}
 }
 
+func TestPriceDoesNotAdmit(t *testing.T) {
+	t.Parallel()
+	ts, rec := newTestServer(t, 10)
+	resp, b := post(t, ts.URL+"/price/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello world"}],"max_tokens":100}`)
+	var p struct{ Prompt, Output, Cost int64 }
+	if json.Unmarshal(b, &p); resp.StatusCode != 200 || p.Prompt != 9 || p.Cost != 109 || rec.Len() != 0 {
+		t.Fatalf("%d %s, %d bytes recorded", resp.StatusCode, b, rec.Len())
+	}
+}
+
 func TestNonUTF8BodyIsPriced(t *testing.T) {
 	t.Parallel()
 	ts, _ := newTestServer(t, 1000)

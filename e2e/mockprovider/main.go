@@ -10,7 +10,8 @@
 //
 // Endpoints: POST /v1/chat/completions (stream: true with a usage chunk), /v1/completions,
 // /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too); GET /v1/models, /healthz,
-// /stats. It must never be exposed beyond a test network: it has no authentication.
+// /stats; POST /price/<path> answers the price of a request without admitting it. It must never
+// be exposed beyond a test network: it has no authentication.
 package main
 
 import (
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	completion := fs.Int64("completion-tokens", 16, "most output tokens an answer generates")
 	defaultOutput := fs.Int64("default-output-tokens", 4096, "output reserved when a request names no maximum")
 	anthropicEnc := fs.String("anthropic-encoding", "cl100k_base", "tiktoken encoding that counts Anthropic prompts")
+	anthropicFactor := fs.Float64("anthropic-factor", 1.25, "Anthropic prompt tokens per token of -anthropic-encoding")
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -86,7 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		rw = f
 	}
-	pricer := &Pricer{DefaultOutput: *defaultOutput, AnthropicEncoding: *anthropicEnc}
+	pricer := &Pricer{DefaultOutput: *defaultOutput, AnthropicEncoding: *anthropicEnc, AnthropicFactor: *anthropicFactor}
 	// Load the encodings before serving, so that the first requests are not slowed.
 	for _, enc := range []string{"o200k_base", "cl100k_base", *anthropicEnc} {
 		if _, err := pricer.encoding(enc); err != nil {
