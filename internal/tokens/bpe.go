@@ -24,10 +24,38 @@ func (v *vocab) countPiece(piece []byte, sc *scratch) int {
 	case len(piece) <= smallPiece:
 		return v.mergeSmall(piece)
 	}
-	if len(piece) < hugePiece {
-		return v.mergeHeap(piece, sc)
+	return v.mergeLong(piece, sc)
+}
+
+// mergeLong cuts a long piece where no token can span (see cuttable) and merges the segments
+// independently. Cuts are only tried next to multi-byte UTF-8 characters: in CJK and other
+// non-Latin runs most character boundaries are cuttable, while in ASCII runs (one letter
+// repeated, spaces) almost none are and trying would only cost time.
+func (v *vocab) mergeLong(piece []byte, sc *scratch) int {
+	total, start := 0, 0
+	for p := 1; p < len(piece); p++ {
+		b := piece[p]
+		if b&0xC0 == 0x80 || (b < 0x80 && piece[p-1] < 0x80) || !v.cuttable(piece, p) {
+			continue // inside a character, between ASCII bytes, or not cuttable
+		}
+		total += v.mergeSegment(piece[start:p], sc)
+		start = p
 	}
-	return v.mergeHuge(piece, sc)
+	return total + v.mergeSegment(piece[start:], sc)
+}
+
+func (v *vocab) mergeSegment(seg []byte, sc *scratch) int {
+	switch {
+	case len(seg) == 1:
+		return 1
+	case len(seg) <= v.maxLen && v.rank(seg) != noRank:
+		return 1
+	case len(seg) <= smallPiece:
+		return v.mergeSmall(seg)
+	case len(seg) < hugePiece:
+		return v.mergeHeap(seg, sc)
+	}
+	return v.mergeHuge(seg, sc)
 }
 
 // mergeSmall is tiktoken's scan: start[k] is where part k begins, rank[k] the rank of part k

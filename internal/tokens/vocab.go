@@ -19,12 +19,25 @@ const noRank = ^uint32(0)
 type vocab struct {
 	arena  []byte   // token bytes, concatenated in rank order
 	off    []uint32 // token r is arena[off[r]:off[r+1]] (empty for unused ranks)
-	slots  []uint64 // hash tag<<32 | rank+1; 0 is empty
+	slots  []slot
 	mask   uint64
 	maxLen int             // longest token in bytes
 	pair   [1 << 16]uint32 // rank of each two-byte token, or noRank
 	single [256]uint32     // rank of each single byte (all 256 are tokens)
-	size   int             // number of tokens
+	// Bitsets for cuttable, small enough to stay in cache: which 2-byte strings are tokens,
+	// which 3-byte strings may be tokens, which 4-byte strings may occur inside a token.
+	pairBits [1 << 16 / 64]uint64
+	triBits  []uint64
+	quadBits []uint64
+	size     int // number of tokens
+}
+
+// slot is one hash table entry: the token's first 8 bytes packed little-endian (so most
+// lookups compare one word and never touch the arena), its length and its rank.
+type slot struct {
+	head uint64
+	rank uint32 // rank+1; 0 is empty
+	n    uint32 // token length
 }
 
 // parseVocab reads a .tiktoken file: one "base64(token) rank" per line.
@@ -86,16 +99,16 @@ func parseVocab(data []byte) (*vocab, error) {
 	v.off[len(byRank)] = uint32(len(v.arena))
 
 	nslots := 1 << bits.Len(uint(2*len(entries)))
-	v.slots = make([]uint64, nslots)
+	v.slots = make([]slot, nslots)
 	v.mask = uint64(nslots - 1)
 	for r, tok := range byRank {
 		if tok == nil {
 			continue
 		}
-		h := hashBytes(tok)
+		head, h := keyOf(tok)
 		for s := h & v.mask; ; s = (s + 1) & v.mask {
-			if v.slots[s] == 0 {
-				v.slots[s] = h>>32<<32 | uint64(r+1)
+			if v.slots[s].rank == 0 {
+				v.slots[s] = slot{head: head, rank: uint32(r + 1), n: uint32(len(tok))}
 				break
 			}
 		}
@@ -104,6 +117,20 @@ func parseVocab(data []byte) (*vocab, error) {
 			v.single[tok[0]] = uint32(r)
 		case 2:
 			v.pair[binary.BigEndian.Uint16(tok)] = uint32(r)
+		}
+	}
+	v.triBits = make([]uint64, 1<<triLog/64)
+	v.quadBits = make([]uint64, 1<<quadLog/64)
+	for _, tok := range byRank {
+		switch len(tok) {
+		case 2:
+			k := binary.BigEndian.Uint16(tok)
+			v.pairBits[k/64] |= 1 << (k % 64)
+		case 3:
+			setBit(v.triBits, gramHash(uint32(tok[0])|uint32(tok[1])<<8|uint32(tok[2])<<16, triLog))
+		}
+		for i := 0; i+4 <= len(tok); i++ {
+			setBit(v.quadBits, gramHash(binary.LittleEndian.Uint32(tok[i:]), quadLog))
 		}
 	}
 	for b, r := range v.single {
@@ -127,20 +154,67 @@ func (v *vocab) rank(b []byte) uint32 {
 	if len(b) > v.maxLen {
 		return noRank
 	}
-	h := hashBytes(b)
-	tag := h >> 32
-	for s := h & v.mask; ; s = (s + 1) & v.mask {
-		e := v.slots[s]
-		if e == 0 {
+	// Most failed lookups stop here, in cache-resident filters, instead of probing the table:
+	// every 3-byte token is in triBits, and every longer token's first 4 bytes are in quadBits.
+	if len(b) == 3 {
+		if !hasBit(v.triBits, gramHash(tri(b), triLog)) {
 			return noRank
 		}
-		if e>>32 == tag {
-			r := uint32(e) - 1
-			if string(v.arena[v.off[r]:v.off[r+1]]) == string(b) {
+	} else if !hasBit(v.quadBits, gramHash(binary.LittleEndian.Uint32(b), quadLog)) {
+		return noRank
+	}
+	head, h := keyOf(b)
+	for s := h & v.mask; ; s = (s + 1) & v.mask {
+		e := &v.slots[s]
+		if e.rank == 0 {
+			return noRank
+		}
+		if e.head == head && int(e.n) == len(b) {
+			r := e.rank - 1
+			if len(b) <= 8 || string(v.arena[v.off[r]+8:v.off[r+1]]) == string(b[8:]) {
 				return r
 			}
 		}
 	}
+}
+
+// keyOf returns the first 8 bytes of b packed little-endian (zero-padded) and b's hash.
+func keyOf(b []byte) (head, hash uint64) {
+	const m1, m2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9
+	if len(b) >= 8 {
+		head = binary.LittleEndian.Uint64(b)
+		if len(b) > 8 {
+			return head, hashBytes(b)
+		}
+	} else {
+		head = loadTail(b)
+	}
+	h := (head ^ uint64(len(b))<<56 ^ m1) * m2
+	h ^= h >> 32
+	h *= m1
+	h ^= h >> 29
+	return head, h
+}
+
+// loadTail packs len(b) < 8 bytes little-endian.
+func loadTail(b []byte) uint64 {
+	switch len(b) {
+	case 7:
+		return uint64(b[6])<<48 | uint64(b[5])<<40 | uint64(b[4])<<32 | uint64(binary.LittleEndian.Uint32(b))
+	case 6:
+		return uint64(b[5])<<40 | uint64(b[4])<<32 | uint64(binary.LittleEndian.Uint32(b))
+	case 5:
+		return uint64(b[4])<<32 | uint64(binary.LittleEndian.Uint32(b))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	case 3:
+		return uint64(b[2])<<16 | uint64(binary.LittleEndian.Uint16(b))
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case 1:
+		return uint64(b[0])
+	}
+	return 0
 }
 
 // hashBytes is a fast non-cryptographic hash (wyhash-style multiply-mix of 8-byte words).
@@ -153,26 +227,54 @@ func hashBytes(b []byte) uint64 {
 		h ^= h >> 31
 		b = b[8:]
 	}
-	var tail uint64
-	switch len(b) {
-	case 7:
-		tail = uint64(b[6])<<48 | uint64(b[5])<<40 | uint64(b[4])<<32 | uint64(binary.LittleEndian.Uint32(b))
-	case 6:
-		tail = uint64(b[5])<<40 | uint64(b[4])<<32 | uint64(binary.LittleEndian.Uint32(b))
-	case 5:
-		tail = uint64(b[4])<<32 | uint64(binary.LittleEndian.Uint32(b))
-	case 4:
-		tail = uint64(binary.LittleEndian.Uint32(b))
-	case 3:
-		tail = uint64(b[2])<<16 | uint64(binary.LittleEndian.Uint16(b))
-	case 2:
-		tail = uint64(binary.LittleEndian.Uint16(b))
-	case 1:
-		tail = uint64(b[0])
-	}
+	tail := loadTail(b)
 	h = (h ^ tail ^ 0xFF) * m1
 	h ^= h >> 29
 	h *= m2
 	h ^= h >> 32
 	return h
+}
+
+// Sizes (log2 bits) of the one-hash Bloom filters for cuttable: 64 KiB for ~18k 3-byte tokens
+// and 256 KiB for ~100k distinct 4-grams (o200k_base). A false positive only makes cuttable
+// miss a cut, never make a wrong one.
+const (
+	triLog  = 19
+	quadLog = 21
+)
+
+func gramHash(g uint32, log uint) uint32 { return (g * 0x9E3779B1) >> (32 - log) }
+
+func setBit(bits []uint64, h uint32) { bits[h/64] |= 1 << (h % 64) }
+
+func hasBit(bits []uint64, h uint32) bool { return bits[h/64]&(1<<(h%64)) != 0 }
+
+func tri(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 }
+
+// cuttable reports whether no token of the vocabulary occurs in piece across position p
+// (0 < p < len(piece)). Then no part of the merge can ever span p: every part is a token, and
+// the pair across p never has a rank because its concatenation would be such a token. So the
+// piece merges as piece[:p] and piece[p:] independently, with the same result.
+//
+// A crossing token of 2 or 3 bytes is one of piece[p-1:p+1], piece[p-2:p+1], piece[p-1:p+2],
+// looked up directly. A longer one contains one of the 4-byte windows starting at p-3, p-2 or
+// p-1 (whichever fit inside it), so it is ruled out when none of those windows occurs in any
+// token (the quads bitset).
+func (v *vocab) cuttable(piece []byte, p int) bool {
+	n := len(piece)
+	if k := uint16(piece[p-1])<<8 | uint16(piece[p]); v.pairBits[k/64]&(1<<(k%64)) != 0 {
+		return false
+	}
+	if p >= 2 && hasBit(v.triBits, gramHash(tri(piece[p-2:]), triLog)) {
+		return false
+	}
+	if p+2 <= n && hasBit(v.triBits, gramHash(tri(piece[p-1:]), triLog)) {
+		return false
+	}
+	for w := max(p-3, 0); w <= p-1; w++ {
+		if w+4 <= n && hasBit(v.quadBits, gramHash(binary.LittleEndian.Uint32(piece[w:]), quadLog)) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,171 @@
+package tokens
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// englishProse returns n bytes of English prose: the GNU and Apache licence texts in
+// testdata/english.txt (verbatim copying permitted), repeated if needed and cut at a rune
+// boundary.
+func englishProse(tb testing.TB, n int) []byte {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/english.txt")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := bytes.Repeat(b, n/len(b)+1)[:n]
+	for !utf8.Valid(out) {
+		out = out[:len(out)-1]
+	}
+	return out
+}
+
+// pathological returns n bytes of one of the inputs that make naive BPE quadratic: each is a
+// single huge piece (or, for random bytes, many pieces that rarely merge).
+func pathological(kind string, n int) []byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	switch kind {
+	case "letter":
+		return bytes.Repeat([]byte("a"), n)
+	case "spaces":
+		return bytes.Repeat([]byte(" "), n)
+	case "newlines":
+		return bytes.Repeat([]byte("\n"), n)
+	case "cjk":
+		// Random common CJK ideographs with no punctuation: one \p{L}+ piece.
+		var sb strings.Builder
+		for sb.Len() < n-3 {
+			sb.WriteRune(rune(0x4E00 + rng.IntN(0x9FA5-0x4E00)))
+		}
+		return []byte(sb.String())
+	case "random":
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	panic("unknown kind " + kind)
+}
+
+var pathologicalKinds = []string{"letter", "spaces", "newlines", "cjk", "random"}
+
+// BenchmarkCount: ours on 100 KB of English prose and 1 MiB pathological inputs. Compare
+// ns/byte (MB/s): the pathological ones must stay within 3x of English.
+func BenchmarkCount(b *testing.B) {
+	for _, name := range []string{CL100K, O200K} {
+		e := mustEncoding(b, name)
+		b.Run(name+"/english-100KB", func(b *testing.B) {
+			text := englishProse(b, 100<<10)
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				e.Count(text)
+			}
+		})
+		for _, kind := range pathologicalKinds {
+			b.Run(name+"/"+kind+"-1MiB", func(b *testing.B) {
+				text := pathological(kind, 1<<20)
+				b.SetBytes(int64(len(text)))
+				b.ReportAllocs()
+				for b.Loop() {
+					e.Count(text)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkOracle: pkoukk/tiktoken-go on the same 100 KB of English (never on the
+// pathological inputs: it takes seconds to minutes on them).
+func BenchmarkOracle(b *testing.B) {
+	for _, name := range []string{CL100K, O200K} {
+		o := oracle(b, name)
+		e := mustEncoding(b, name)
+		text := string(englishProse(b, 100<<10))
+		if got, want := e.CountString(text), len(o.EncodeOrdinary(text)); got != want {
+			b.Fatalf("%s: ours %d, tiktoken-go %d", name, got, want)
+		}
+		b.Run(name+"/english-100KB", func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				o.EncodeOrdinary(text)
+			}
+		})
+	}
+}
+
+// threadCPU returns the CPU time the calling OS thread has used
+// (clock_gettime(CLOCK_THREAD_CPUTIME_ID), Linux). The machine this runs on is shared, so wall
+// time measures the neighbours as much as the code; thread CPU time does not count time spent
+// waiting for a CPU.
+func threadCPU(tb testing.TB) time.Duration {
+	var ts syscall.Timespec
+	const clockThreadCPUTime = 3
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		tb.Fatal(errno)
+	}
+	return time.Duration(ts.Nano())
+}
+
+// cpuRatio runs a and b alternately (so both see the same contention from neighbours) until
+// together they have used at least 600ms of CPU, and returns the CPU nanoseconds per byte of
+// each.
+func cpuRatio(tb testing.TB, na int, a func(), nb int, b func()) (nsA, nsB float64) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	a() // warm up: pooled scratch, caches
+	b()
+	var ta, tb2 time.Duration
+	runs := 0
+	for ; runs < 3 || ta+tb2 < 600*time.Millisecond; runs++ {
+		t0 := threadCPU(tb)
+		a()
+		t1 := threadCPU(tb)
+		b()
+		t2 := threadCPU(tb)
+		ta += t1 - t0
+		tb2 += t2 - t1
+	}
+	return float64(ta.Nanoseconds()) / float64(na*runs), float64(tb2.Nanoseconds()) / float64(nb*runs)
+}
+
+// BenchmarkSpeed is the one run that checks the speed claims, in CPU time per byte
+// (see threadCPU): ours vs pkoukk/tiktoken-go on 100 KB of English, and each 1 MiB
+// pathological input relative to 1 MiB of English prose.
+// Run: go test -run '^$' -bench Speed ./internal/tokens/
+func BenchmarkSpeed(b *testing.B) {
+	for _, name := range []string{CL100K, O200K} {
+		b.Run(name, func(b *testing.B) {
+			e, o := mustEncoding(b, name), oracle(b, name)
+			english := englishProse(b, 100<<10)
+			if got, want := e.Count(english), len(o.EncodeOrdinary(string(english))); got != want {
+				b.Fatalf("ours %d, tiktoken-go %d", got, want)
+			}
+			englishMiB := englishProse(b, 1<<20)
+			for b.Loop() {
+				ours, theirs := cpuRatio(b, len(english), func() { e.Count(english) },
+					len(english), func() { o.EncodeOrdinary(string(english)) })
+				b.ReportMetric(1e3/ours, "MB/s-english")
+				b.ReportMetric(1e3/theirs, "MB/s-tiktoken-go")
+				b.ReportMetric(theirs/ours, "x-faster")
+				for _, kind := range pathologicalKinds {
+					text := pathological(kind, 1<<20)
+					eng, ns := cpuRatio(b, len(englishMiB), func() { e.Count(englishMiB) },
+						len(text), func() { e.Count(text) })
+					b.ReportMetric(ns/eng, "x-english-"+kind)
+				}
+			}
+		})
+	}
+}
