@@ -1,6 +1,9 @@
 package tokens
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Byte-pair merging, counting only. The result is the same as tiktoken's _byte_pair_merge: the
 // piece starts as single bytes and, while any adjacent pair of parts concatenates to a token,
@@ -245,11 +248,16 @@ type buckets struct {
 	ents  []entry
 	ranks []uint64
 	tmp   []int32
+
+	init     []uint64 // initial pairs, sorted by rank<<32 | position
+	next     int      // next entry of init to pop
+	distinct []uint32
 }
 
 type list struct {
 	stamp      uint32
 	head, tail int32 // -1 when empty
+	count      int32 // fill's counting sort
 	unsorted   bool
 }
 
@@ -263,9 +271,9 @@ func (q *buckets) reset(vocabSize, n int) {
 		clear(q.lists)
 		q.gen = 1
 	}
-	// At most n-1 initial pairs plus two per merge, and at most n-1 merges.
-	if cap(q.ents) < 3*n {
-		q.ents = make([]entry, 0, 3*n)
+	// Two entries per merge at most, and at most n-1 merges.
+	if cap(q.ents) < 2*n {
+		q.ents = make([]entry, 0, 2*n)
 	}
 	q.ents = q.ents[:0]
 	q.ranks = q.ranks[:0]
@@ -290,15 +298,26 @@ func (q *buckets) add(r uint32, pos int32) {
 	l.tail = e
 }
 
-// pop removes the entry with the lowest (rank, position).
+// pop removes the entry with the lowest (rank, position): the head of the initial stream or of
+// the lowest non-empty list, whichever is lower.
 func (q *buckets) pop() (uint32, int32, bool) {
-	if len(q.ranks) == 0 {
-		return 0, 0, false
+	dyn := uint64(math.MaxUint64)
+	var l *list
+	if len(q.ranks) > 0 {
+		r := uint32(q.ranks[0])
+		l = &q.lists[r]
+		if l.unsorted {
+			q.sort(l)
+		}
+		dyn = uint64(r)<<32 | uint64(q.ents[l.head].pos)
 	}
-	r := uint32(q.ranks[0])
-	l := &q.lists[r]
-	if l.unsorted {
-		q.sort(l)
+	if q.next < len(q.init) && q.init[q.next] < dyn {
+		k := q.init[q.next]
+		q.next++
+		return uint32(k >> 32), int32(uint32(k)), true
+	}
+	if l == nil {
+		return 0, 0, false
 	}
 	e := q.ents[l.head]
 	l.head = e.next
@@ -309,7 +328,41 @@ func (q *buckets) pop() (uint32, int32, bool) {
 		q.ranks = q.ranks[:last]
 		siftDown(q.ranks, 0)
 	}
-	return r, e.pos, true
+	return uint32(dyn >> 32), e.pos, true
+}
+
+// fill sets the initial pairs as one stream sorted by (rank, position), by counting sort over
+// the distinct ranks present (few: they are two-byte tokens), so that the first and largest
+// wave of pops reads memory sequentially and costs no list appends.
+func (q *buckets) fill(nodes []node) {
+	q.distinct = q.distinct[:0]
+	for k := range nodes {
+		r := nodes[k].rank
+		if r == noRank {
+			continue
+		}
+		l := &q.lists[r]
+		if l.stamp != q.gen {
+			*l = list{stamp: q.gen, head: -1, tail: -1}
+			q.distinct = append(q.distinct, r)
+		}
+		l.count++
+	}
+	slices.Sort(q.distinct)
+	off := int32(0)
+	for _, r := range q.distinct {
+		l := &q.lists[r]
+		l.count, off = off, off+l.count
+	}
+	q.init = grow(q.init, int(off))
+	for k := range nodes {
+		if r := nodes[k].rank; r != noRank {
+			l := &q.lists[r]
+			q.init[l.count] = uint64(r)<<32 | uint64(k)
+			l.count++
+		}
+	}
+	q.next = 0
 }
 
 func (q *buckets) sort(l *list) {
@@ -338,12 +391,10 @@ func (v *vocab) mergeHuge(piece []byte, sc *scratch) int {
 	for k := 0; k+1 < n; k++ {
 		r := v.pair[uint16(piece[k])<<8|uint16(piece[k+1])]
 		nodes[k] = node{next: int32(k + 1), prev: int32(k - 1), rank: r}
-		if r != noRank {
-			q.add(r, int32(k))
-		}
 	}
 	nodes[n-1] = node{next: int32(n), prev: int32(n - 2), rank: noRank}
 	nodes[n] = node{next: int32(n + 1), prev: int32(n - 1), rank: noRank}
+	q.fill(nodes[:n-1])
 	parts := n
 	for {
 		r, pos, ok := q.pop()
@@ -362,7 +413,11 @@ func (v *vocab) mergeHuge(piece []byte, sc *scratch) int {
 		parts--
 		if int(nn) < n {
 			np.rank = v.rank(piece[pos:nodes[nn].next])
-			if np.rank != noRank {
+			// When the next part's own pair has the current rank r and ours a higher one,
+			// that pair is merged first (it is in the queue and lower), and merging it
+			// recomputes and queues ours. Queuing ours now would only leave a stale entry,
+			// which in runs of one character is half of all entries.
+			if np.rank != noRank && (nodes[nn].rank != r || np.rank < r) {
 				q.add(np.rank, pos)
 			}
 		} else {
