@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -11,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/pkoukk/tiktoken-go-loader/assets"
 )
 
 // englishProse returns n bytes of English prose: the GNU and Apache licence texts in
@@ -166,6 +169,98 @@ func BenchmarkSpeed(b *testing.B) {
 					b.ReportMetric(ns/eng, "x-english-"+kind)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkEstimate prices whole requests: a typical small chat request, and 1 MiB chat bodies
+// of English and of each pathological text (Envoy's ext_authz timeout is typically 200 ms to
+// 1 s; see also TestOneMiB).
+func BenchmarkEstimate(b *testing.B) {
+	p := newPricer(b, Options{})
+	run := func(name, body string) {
+		b.Run(name, func(b *testing.B) {
+			in := post("/v1/chat/completions", body)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Estimate(in)
+			}
+		})
+	}
+	run("chat-small", `{"model":"gpt-4o","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"max_tokens":20}`)
+	run("chat-1MiB-english", chatBody(b, englishProse(b, 1<<20)))
+	for _, kind := range pathologicalKinds {
+		text := pathological(kind, 1<<20)
+		if kind == "random" {
+			text = bytes.ToValidUTF8(text, []byte("?")) // JSON strings must be UTF-8
+		}
+		run("chat-1MiB-"+kind, chatBody(b, text))
+	}
+}
+
+// chatRequest is what encoding/json would need to decode to price a chat request.
+type chatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content any    `json:"content"`
+		Name    string `json:"name"`
+	} `json:"messages"`
+	MaxTokens *int64 `json:"max_tokens"`
+	N         *int64 `json:"n"`
+}
+
+// BenchmarkParse compares the pricing tape with encoding/json decoding only the fields pricing
+// needs, on a 100 KB chat body (parsing only; counting is the same for both).
+func BenchmarkParse(b *testing.B) {
+	body := []byte(chatBody(b, englishProse(b, 100<<10)))
+	b.Run("tape", func(b *testing.B) {
+		var d doc
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := d.parse(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var req chatRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkLoad reports the time to parse each embedded vocabulary and the heap it keeps
+// (the encoder's resident memory; the class table, ~0.2 MB, is shared).
+func BenchmarkLoad(b *testing.B) {
+	for _, name := range []string{CL100K, O200K} {
+		b.Run(name, func(b *testing.B) {
+			data, err := assets.Assets.ReadFile(name + ".tiktoken")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var kept uint64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				v, err := parseVocab(data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				kept = after.HeapAlloc - before.HeapAlloc
+				runtime.KeepAlive(v)
+			}
+			b.ReportMetric(float64(kept)/(1<<20), "MB-resident")
 		})
 	}
 }

@@ -17,48 +17,67 @@ import (
 // smallPiece is the longest piece merged with the quadratic scan.
 const smallPiece = 48
 
-// countPiece returns the number of tokens piece encodes to.
-func (v *vocab) countPiece(piece []byte, sc *scratch) int {
+// countPiece returns the number of tokens piece encodes to (see mergeLong for limit).
+func (v *vocab) countPiece(piece []byte, sc *scratch, limit int) (int, bool) {
 	switch {
 	case len(piece) == 1:
-		return 1
+		return 1, false
 	case len(piece) <= v.maxLen && v.rank(piece) != noRank:
-		return 1
+		return 1, false
 	case len(piece) <= smallPiece:
-		return v.mergeSmall(piece)
+		return v.mergeSmall(piece), false
 	}
-	return v.mergeLong(piece, sc)
+	return v.mergeLong(piece, sc, limit)
 }
 
 // mergeLong cuts a long piece where no token can span (see cuttable) and merges the segments
 // independently. Cuts are only tried next to multi-byte UTF-8 characters: in CJK and other
 // non-Latin runs most character boundaries are cuttable, while in ASCII runs (one letter
-// repeated, spaces) almost none are and trying would only cost time.
-func (v *vocab) mergeLong(piece []byte, sc *scratch) int {
-	total, start := 0, 0
+// repeated, spaces) almost none are and trying would only cost time. A segment longer than
+// limit (> 0) is merged in chunks of limit bytes, which bounds scratch memory but is no longer
+// exact; chunked reports whether that happened.
+func (v *vocab) mergeLong(piece []byte, sc *scratch, limit int) (total int, chunked bool) {
+	start := 0
 	for p := 1; p < len(piece); p++ {
 		b := piece[p]
 		if b&0xC0 == 0x80 || (b < 0x80 && piece[p-1] < 0x80) || !v.cuttable(piece, p) {
 			continue // inside a character, between ASCII bytes, or not cuttable
 		}
-		total += v.mergeSegment(piece[start:p], sc)
+		n, c := v.mergeSegment(piece[start:p], sc, limit)
+		total, chunked = total+n, chunked || c
 		start = p
 	}
-	return total + v.mergeSegment(piece[start:], sc)
+	n, c := v.mergeSegment(piece[start:], sc, limit)
+	return total + n, chunked || c
 }
 
-func (v *vocab) mergeSegment(seg []byte, sc *scratch) int {
+func (v *vocab) mergeSegment(seg []byte, sc *scratch, limit int) (int, bool) {
 	switch {
 	case len(seg) == 1:
-		return 1
+		return 1, false
 	case len(seg) <= v.maxLen && v.rank(seg) != noRank:
-		return 1
+		return 1, false
 	case len(seg) <= smallPiece:
-		return v.mergeSmall(seg)
+		return v.mergeSmall(seg), false
 	case len(seg) < hugePiece:
-		return v.mergeHeap(seg, sc)
+		return v.mergeHeap(seg, sc), false
+	case limit <= 0 || len(seg) <= limit:
+		return v.mergeHuge(seg, sc), false
 	}
-	return v.mergeHuge(seg, sc)
+	total := 0
+	for len(seg) > 0 {
+		n := min(len(seg), limit)
+		for k := n; n < len(seg) && k > n-4 && k > 0; k-- {
+			if seg[k]&0xC0 != 0x80 { // cut before a character, not inside one
+				n = k
+				break
+			}
+		}
+		c, _ := v.mergeSegment(seg[:n], sc, limit)
+		total += c
+		seg = seg[n:]
+	}
+	return total, true
 }
 
 // mergeSmall is tiktoken's scan: start[k] is where part k begins, rank[k] the rank of part k

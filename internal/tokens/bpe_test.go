@@ -39,9 +39,41 @@ func TestMergeAlgorithmsAgree(t *testing.T) {
 			if huge := v.mergeHuge(piece, sc); huge != heap {
 				t.Fatalf("%s %d bytes of %q: mergeHuge %d, mergeHeap %d", name, len(piece), string(alpha), huge, heap)
 			}
-			if long := v.mergeLong(piece, sc); long != heap {
+			if long, _ := v.mergeLong(piece, sc, 0); long != heap {
 				t.Fatalf("%s %d bytes of %q: mergeLong %d, mergeHeap %d", name, len(piece), string(alpha), long, heap)
 			}
 		}
+	}
+}
+
+// TestLongRunChunks: the pricer counts runs longer than maxPiece in chunks (bounded memory).
+// For runs of one character it gives the exact count.
+func TestLongRunChunks(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{CL100K, O200K} {
+		e := mustEncoding(t, name)
+		for _, c := range []string{"a", " ", "\n", "中"} {
+			run := []byte(strings.Repeat(c, (maxPiece+maxPiece/3)/len(c)))
+			exact := e.Count(run)
+			got, chunked := e.count(run, maxPiece)
+			if !chunked && c != "中" {
+				t.Errorf("%s %q: not chunked", name, c)
+			}
+			if got != exact {
+				t.Errorf("%s %d x %q: chunked count %d, exact %d", name, len(run)/len(c), c, got, exact)
+			}
+		}
+	}
+}
+
+// TestLongRunReason: a request with such a run is priced approximately, with ReasonLongRun.
+func TestLongRunReason(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{})
+	run := strings.Repeat("a", maxPiece+1000)
+	got := p.Estimate(post("/v1/chat/completions", chatBody(t, []byte(run))))
+	exact := 3 + 1 + int64(mustEncoding(t, O200K).CountString("You are a helpful assistant.")) + 3 + 1 + int64(mustEncoding(t, O200K).CountString(run)) + 3
+	if got.Reason != ReasonLongRun || got.PromptTokens != exact {
+		t.Errorf("got %+v, want reason %s and prompt %d", got, ReasonLongRun, exact)
 	}
 }

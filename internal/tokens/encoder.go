@@ -60,27 +60,34 @@ func load(name string, split splitFunc) (*Encoder, error) {
 func (e *Encoder) Name() string { return e.name }
 
 // Count returns the number of tokens text encodes to. It runs in time linear in len(text)
-// (O(n log n) for a single piece longer than 48 bytes) and allocates nothing for ordinary text;
-// scratch for long pieces (about 20 bytes per byte of the longest piece) is pooled. Invalid
-// UTF-8 bytes are kept as bytes and split like symbols (tiktoken itself only accepts valid
-// UTF-8). Safe for concurrent use.
+// (O(n log n) at worst for one piece of n bytes that cannot be cut, such as one character
+// repeated) and allocates nothing for ordinary text; scratch for long pieces (up to ~40 bytes
+// per byte of the longest uncuttable piece) is pooled. Invalid UTF-8 bytes are kept as bytes
+// and split like symbols (tiktoken itself only accepts valid UTF-8). Safe for concurrent use.
 func (e *Encoder) Count(text []byte) int {
+	n, _ := e.count(text, 0)
+	return n
+}
+
+// count is Count with a bound on the scratch memory: a piece that cannot be cut into segments
+// of at most limit bytes (limit > 0) is counted in chunks of limit bytes and approx is true.
+func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	ct, v, split := e.classes, e.vocab, e.split
 	var sc *scratch
-	total := 0
 	for i := 0; i < len(text); {
 		end := split(ct, text, i)
 		piece := text[i:end]
 		if len(piece) > smallPiece && sc == nil {
 			sc = e.pool.Get().(*scratch)
 		}
-		total += v.countPiece(piece, sc)
+		n, chunked := v.countPiece(piece, sc, limit)
+		total, approx = total+n, approx || chunked
 		i = end
 	}
 	if sc != nil {
 		e.pool.Put(sc)
 	}
-	return total
+	return total, approx
 }
 
 // CountString is Count for a string.

@@ -53,10 +53,11 @@ type Options struct {
 	// AzureDeployments maps an Azure OpenAI deployment name to its model, for requests whose
 	// body names no model. Unmapped deployments are tried as model names.
 	AzureDeployments map[string]string
-	// MaxBodyBytes bounds the (decoded) body that is parsed; bigger bodies are priced from
-	// their first MaxBodyBytes scaled to their size. Default 16 MiB.
+	// MaxBodyBytes bounds the (decoded) body that is parsed, and so the time pricing takes
+	// (about 50 ms per MiB of English); bigger bodies are priced from their first
+	// MaxBodyBytes scaled to their size. Default 4 MiB.
 	MaxBodyBytes int64
-	// MaxDecodedBytes bounds what a gzip or deflate body may decode to. Default 16 MiB.
+	// MaxDecodedBytes bounds what a gzip or deflate body may decode to. Default 4 MiB.
 	MaxDecodedBytes int64
 	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown (an
 	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
@@ -76,7 +77,7 @@ type Options struct {
 // Defaults.
 const (
 	DefaultOutputTokens  = 4096
-	DefaultMaxBodyBytes  = 16 << 20
+	DefaultMaxBodyBytes  = 4 << 20
 	DefaultAnthropic     = 2.0
 	DefaultAnthropicImg  = 1600
 	completionsMaxTokens = 16 // the /v1/completions API's own default max_tokens
@@ -476,12 +477,21 @@ func sniffModel(body []byte) string {
 	return string(rest[1 : 1+end])
 }
 
+// maxPiece bounds the scratch memory of one Estimate: a run longer than this that cannot be
+// cut (one character repeated) is counted in chunks (ReasonLongRun). 256 KiB of run needs
+// about 10 MiB of scratch.
+const maxPiece = 256 << 10
+
 // count counts raw bytes as text.
 func (s *pricing) count(b []byte) int64 {
 	if !utf8.Valid(b) {
 		s.approx(ReasonInvalidUTF8)
 	}
-	return int64(s.enc.Count(b))
+	n, chunked := s.enc.count(b, maxPiece)
+	if chunked {
+		s.approx(ReasonLongRun)
+	}
+	return int64(n)
 }
 
 // countText counts the decoded string value i (0 if it is not a string).
