@@ -25,7 +25,10 @@ import (
 // arguments, so that tests start real processes of the same code without a separate build.
 func TestMain(m *testing.M) {
 	if os.Getenv("EXT_AUTHZ_MAIN") == "1" {
-		args := strings.Split(os.Getenv("EXT_AUTHZ_ARGS"), "\x00")
+		var args []string
+		if err := json.Unmarshal([]byte(os.Getenv("EXT_AUTHZ_ARGS")), &args); err != nil {
+			panic(err)
+		}
 		main2(args)
 		return
 	}
@@ -69,7 +72,8 @@ func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	args = append([]string{"serve", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "EXT_AUTHZ_MAIN=1", "EXT_AUTHZ_ARGS="+strings.Join(args, "\x00"))
+	argv, _ := json.Marshal(args)
+	cmd.Env = append(os.Environ(), "EXT_AUTHZ_MAIN=1", "EXT_AUTHZ_ARGS="+string(argv))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -17,7 +17,7 @@ func newPolicy(c *config.Config) (*filter.Policy, error) {
 		AzureDeployments:    p.AzureDeployments,
 	}
 	for _, m := range p.OutputTokens {
-		opts.OutputTokens = append(opts.OutputTokens, tokens.ModelTokens{Model: m.Model, Tokens: m.Tokens})
+		opts.OutputRules = append(opts.OutputRules, tokens.OutputRule{Model: m.Model, Tokens: m.Tokens})
 	}
 	est, err := tokens.New(opts)
 	if err != nil {

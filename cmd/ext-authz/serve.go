@@ -152,7 +152,12 @@ func newServer(o *serveOptions, log *zap.Logger) (*server, error) {
 		s.closer = func() error { return nil }
 		log.Info("store: in memory (one replica; set REDIS_URL to share budgets across replicas)")
 	} else {
-		client, err := bucket.NewClient(o.redisURL, bucket.ClientOptions{Timeout: o.redisTimeout})
+		client, err := bucket.NewClient(o.redisURL, bucket.ClientOptions{
+			DialTimeout: o.redisTimeout, ReadTimeout: o.redisTimeout, WriteTimeout: o.redisTimeout,
+			// No retries: a decision whose reply was lost may have been applied, and retrying it
+			// could charge twice; a retry would also multiply the timeout during an outage.
+			MaxRetries: -1,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}

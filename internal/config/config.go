@@ -193,7 +193,7 @@ func Defaults() File {
 	return File{
 		Tenant:   Tenant{Source: "none", Default: "default"},
 		Priority: Priority{Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
-		Pricing:  Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "o200k_base"},
+		Pricing:  Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base"},
 		Failure:  Failure{Mode: "deny", Replicas: 1},
 		MaxHeld:  1024,
 	}

@@ -50,7 +50,7 @@ func policyFor(t testing.TB, c *config.Config) *Policy {
 	p := c.File.Pricing
 	opts := tokens.Options{DefaultOutputTokens: p.DefaultOutputTokens, FallbackEncoding: p.FallbackEncoding, AzureDeployments: p.AzureDeployments}
 	for _, m := range p.OutputTokens {
-		opts.OutputTokens = append(opts.OutputTokens, tokens.ModelTokens{Model: m.Model, Tokens: m.Tokens})
+		opts.OutputRules = append(opts.OutputRules, tokens.OutputRule{Model: m.Model, Tokens: m.Tokens})
 	}
 	est, err := tokens.New(opts)
 	if err != nil {
@@ -154,7 +154,7 @@ func TestCheckGolden(t *testing.T) {
 		{"route_limit_denied", []string{"route_limit"}, "route_limit", decisionDenied},
 		{"route_bad", nil, "route_bad", decisionBadRoute},
 		{"not_json", nil, "not_json", decisionAllowed},
-		{"models", nil, "models", decisionAllowed},
+		{"models", nil, "models", decisionUnlimited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -29,6 +29,8 @@ type plan struct {
 	owners   []owner // parallel to enforced.Buckets
 	rules    []*config.Rule
 	tenant   string
+	priority string
+	floor    float64
 	// shadowAll is true in global shadow mode: enforced buckets are counted, never enforced.
 	shadowAll     bool
 	shadowOutcome bucket.Outcome
@@ -39,7 +41,7 @@ type plan struct {
 // plan finds the rules that apply to r and the buckets they debit.
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
-	pl := &plan{tenant: r.tenant, shadowAll: cfg.File.Shadow}
+	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow}
 	provider := est.Provider.String()
 	pl.enforced.Tag = provider
 	pl.shadow.Tag = provider

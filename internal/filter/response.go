@@ -149,8 +149,12 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 		if o.kind == kindRequests {
 			l = o.rule.Requests
 		}
-		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d, Requested %d. Please try again in %s.",
-			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), requested, resetString(wait))
+		reserve := ""
+		if pl.floor > 0 {
+			reserve = fmt.Sprintf(" (of which priority %s may not use the last %d)", pl.priority, int64(pl.floor*float64(s.Limit)))
+		}
+		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d%s, Requested %d. Please try again in %s.",
+			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), reserve, requested, resetString(wait))
 	}
 	body := errorBody(est.Provider, kind, "rate_limit_exceeded", "rate_limit_error", msg)
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdrs, body,

@@ -115,7 +115,7 @@ func TestAnthropicSDKSurfacesRateLimit(t *testing.T) {
 	client := anthropic.NewClient(anthropicopt.WithBaseURL(srv.URL), anthropicopt.WithAPIKey("sk-ant-test"), anthropicopt.WithMaxRetries(1))
 	_, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{
 		Model:     "claude-sonnet-4-5",
-		MaxTokens: 990,
+		MaxTokens: 900,
 		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))},
 	})
 	var apiErr *anthropic.Error
