@@ -3,7 +3,7 @@ GO       ?= go
 VENV     := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run build deps test ci fmt-check vet unit e2e bench clean
+.PHONY: run build deps test ci fmt-check vet unit istio e2e bench clean
 
 ## run: the service on its embedded default (in-memory store, example config); no Redis needed
 run:
@@ -18,7 +18,7 @@ deps:
 	./scripts/deps.sh
 
 ## test: the whole suite: format, vet, unit and integration tests (race detector), e2e
-test: deps fmt-check vet unit e2e
+test: deps fmt-check vet unit istio e2e
 
 ci: test
 
@@ -31,6 +31,10 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 ./...
+
+## istio: render every kustomize overlay and validate it strictly (a module of its own: istio/go.mod)
+istio:
+	cd istio && ./test.sh
 
 e2e:
 	@if [ -f e2e/run.sh ]; then ./e2e/run.sh; else echo "e2e: no suite yet"; fi
