@@ -88,7 +88,10 @@
 // Bodies that cannot be priced field by field are never an error: non-JSON (or nesting deeper
 // than 128), invalid UTF-8, wrong types, gzip/deflate (decoded up to MaxDecodedBytes, then
 // scaled), other encodings (one token per compressed byte), partial bodies (the prefix scaled
-// by content-length) and bodies over MaxBodyBytes all get a price marked approximate.
+// by content-length) and bodies over MaxBodyBytes (4 MiB: the first 4 MiB scaled) all get a
+// price marked approximate. A run of over 256 KiB in which no token boundary can be proven
+// (one character repeated) is counted in 256 KiB chunks (ReasonLongRun), which bounds the
+// merge scratch of one Estimate to about 10 MiB.
 //
 // # The counter
 //
@@ -96,13 +99,21 @@
 // tiktoken 0.14.0. The split patterns are reproduced by hand-written scanners (split.go; no
 // regular expressions) whose character classes are generated from tiktoken's own regex engine
 // (Unicode 16.0; Go's unicode package is 15.0.0, see unicode_tables.go and gen_unicode.py).
-// Merges follow tiktoken's lowest-rank-first rule: a quadratic scan for pieces up to 48 bytes
-// (fastest there), a binary heap up to 2 KiB and a per-rank bucket queue above, so a piece of n
-// bytes costs O(n log n) at worst instead of tiktoken-go's O(n²). Counting builds no token
-// list and allocates nothing for ordinary text.
+// Merges follow tiktoken's lowest-rank-first rule. A long piece is first cut wherever no token
+// of the vocabulary can span (no 2-3 byte token and no 4-gram of any token crosses the
+// position: exact, since every part of a merge is a token), which splits CJK and other
+// non-Latin runs into characters. Segments then merge with tiktoken's quadratic scan up to 48
+// bytes (fastest there), a binary heap up to 2 KiB and, above, a per-rank bucket queue whose
+// initial pairs are counting-sorted, so a segment of n bytes costs O(n log n) at worst
+// instead of tiktoken-go's O(n²). Lookups go through cache-resident Bloom filters before the
+// hash table. Counting builds no token list and allocates nothing for ordinary text.
 //
 // Proof: testdata/corpus.jsonl (1,281 texts, counts from Python tiktoken via
 // testdata/gen_corpus.py, both encodings), differential fuzzing against pkoukk/tiktoken-go
-// (FuzzCount), the cookbook fixtures, and FuzzEstimate. Benchmarks: BenchmarkCount,
-// BenchmarkOracle, BenchmarkEstimate.
+// (FuzzCount), TestMergeAlgorithmsAgree, the cookbook fixtures, and FuzzEstimate.
+// Benchmarks: BenchmarkSpeed (the speed claims, in thread CPU time), BenchmarkCount,
+// BenchmarkOracle, BenchmarkEstimate, BenchmarkParse, BenchmarkLoad. Long fuzzing:
+//
+//	go test -run '^$' -fuzz FuzzCount -fuzztime 10m ./internal/tokens/
+//	go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 package tokens

@@ -202,3 +202,26 @@ func FuzzCount(f *testing.F) {
 		}
 	})
 }
+
+// TestProbeBound: a lookup, of a token or of anything else, probes at most the longest run of
+// occupied slots, fixed when the table is built; keep it short so that hostile input cannot
+// make lookups slow.
+func TestProbeBound(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{CL100K, O200K} {
+		v := mustEncoding(t, name).vocab
+		longest, run := 0, 0
+		for i := 0; i < 2*len(v.slots); i++ {
+			if v.slots[i%len(v.slots)].rank != 0 {
+				run++
+				longest = max(longest, run)
+			} else {
+				run = 0
+			}
+		}
+		t.Logf("%s: longest probe %d slots of %d", name, longest, len(v.slots))
+		if longest > 64 {
+			t.Errorf("%s: longest probe run %d slots, want <= 64", name, longest)
+		}
+	}
+}

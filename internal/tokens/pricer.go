@@ -29,12 +29,15 @@ type FactorRule struct {
 	Factor float64
 }
 
-// DefaultAnthropicFactors: 1.6 for the models that use Anthropic's earlier tokenizer (Claude 3
-// through Opus 4.6, Sonnet 4.6 and Haiku 4.5); newer models fall back to AnthropicFactor.
-var DefaultAnthropicFactors = []FactorRule{
-	{Model: "claude-3*", Factor: 1.6},
-	{Model: "claude-*-4-[0-6]*", Factor: 1.6},
-	{Model: "claude-*-4", Factor: 1.6},
+// DefaultAnthropicFactors returns the rules used when Options.AnthropicFactors is nil: 1.6 for
+// the models that use Anthropic's earlier tokenizer (Claude 3 through Opus 4.6, Sonnet 4.6 and
+// Haiku 4.5); newer models fall back to AnthropicFactor.
+func DefaultAnthropicFactors() []FactorRule {
+	return []FactorRule{
+		{Model: "claude-3*", Factor: 1.6},
+		{Model: "claude-*-4-[0-6]*", Factor: 1.6},
+		{Model: "claude-*-4", Factor: 1.6},
+	}
 }
 
 // Options configures a Pricer. The zero value is usable: New fills the documented defaults.
@@ -74,7 +77,7 @@ type Options struct {
 	AnthropicImageTokens int64
 }
 
-// Defaults.
+// Defaults New applies to zero Options fields.
 const (
 	DefaultOutputTokens  = 4096
 	DefaultMaxBodyBytes  = 4 << 20
@@ -145,7 +148,7 @@ func New(opts Options) (*Pricer, error) {
 		errs = append(errs, errors.New("tokens: image token costs must not be negative"))
 	}
 	if opts.AnthropicFactors == nil {
-		opts.AnthropicFactors = DefaultAnthropicFactors
+		opts.AnthropicFactors = DefaultAnthropicFactors()
 	}
 	if !(opts.AnthropicFactor >= 1 && opts.AnthropicFactor <= 10) {
 		errs = append(errs, fmt.Errorf("tokens: AnthropicFactor %v out of range [1, 10]", opts.AnthropicFactor))
