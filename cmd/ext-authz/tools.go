@@ -22,6 +22,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/server"
 )
 
 // checkConfig validates a limits file and prints every problem.
@@ -41,7 +42,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, err)
 		return exitCode(1)
 	}
-	if _, err := newPolicy(c); err != nil {
+	if _, err := server.NewPolicy(c); err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitCode(1)
 	}
@@ -131,11 +132,11 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := server.LoadConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
-	pol, err := newPolicy(cfg)
+	pol, err := server.NewPolicy(cfg)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
@@ -8,8 +8,8 @@ import (
 
 var _ filter.Estimator = (*tokens.Pricer)(nil)
 
-// newPolicy builds the estimator of a configuration: a reload replaces both together.
-func newPolicy(c *config.Config) (*filter.Policy, error) {
+// NewPolicy builds the estimator of a configuration: a reload replaces both together.
+func NewPolicy(c *config.Config) (*filter.Policy, error) {
 	p := c.File.Pricing
 	opts := tokens.Options{
 		DefaultOutputTokens: p.DefaultOutputTokens,

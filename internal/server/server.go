@@ -1,0 +1,349 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync/atomic"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+)
+
+// Options are the deploy-time settings of the service. cmd/ext-authz fills them from flags and
+// environment variables; zero values are not defaults, the caller sets every field it needs.
+type Options struct {
+	// ConfigPath is the limits file, reloaded when it changes; empty: the embedded example.
+	ConfigPath string
+	// GRPCAddr is the gRPC listen address (host:port; port 0 picks a free one).
+	GRPCAddr string
+	// AdminAddr is the admin HTTP listen address; empty disables it.
+	AdminAddr string
+	// RedisURL is the shared store (see bucket.NewClient); empty: the in-memory store.
+	RedisURL string
+	// RedisPrefix starts every Redis key.
+	RedisPrefix string
+	// RedisTimeout is the Redis dial, read and write timeout. Must be positive with RedisURL.
+	RedisTimeout time.Duration
+	// RedisPoolSize is the number of Redis connections per node; 0 keeps go-redis's default
+	// (10 per CPU).
+	RedisPoolSize int
+	// DrainTimeout is how long in-flight checks may take after ctx ends in Serve.
+	DrainTimeout time.Duration
+	// MaxRecvBytes is the largest CheckRequest accepted.
+	MaxRecvBytes int
+	// Pprof serves /debug/pprof on the admin port.
+	Pprof bool
+}
+
+// store is what the service needs of a bucket store.
+type store interface {
+	filter.Limiter
+	Ping(ctx context.Context) error
+}
+
+var (
+	_ store = (*bucket.Redis)(nil)
+	_ store = (*bucket.Memory)(nil)
+)
+
+// Server is a running service: built by New, run by Serve. Its methods are safe for concurrent
+// use.
+type Server struct {
+	opts     *Options
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	filter   *filter.Filter
+	store    store
+	closer   func() error
+	grpc     *grpc.Server
+	health   *health.Server
+	grpcLis  net.Listener
+	adminLis net.Listener
+	ready    atomic.Bool
+	storeUp  prometheus.Gauge
+	reloads  *prometheus.CounterVec
+}
+
+// New loads the configuration, connects the store and binds the listeners. Serve runs the
+// service; until then the caller must Close it if it gives up.
+func New(o Options, log *zap.Logger) (*Server, error) {
+	if o.RedisURL != "" && o.RedisTimeout <= 0 {
+		return nil, errors.New("server: the Redis timeout must be positive")
+	}
+	s := &Server{opts: &o, log: log, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_ratelimit_store_up", Help: "1 while the shared store answers pings."})
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_config_reloads_total", Help: "Configuration reloads by result (ok, rejected)."}, []string{"result"})
+	s.reg.MustRegister(s.storeUp, s.reloads)
+
+	cfg, err := LoadConfig(o.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := NewPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	var fallback filter.Limiter
+	if o.RedisURL == "" {
+		s.store = bucket.NewMemory(bucket.MemoryOptions{})
+		s.closer = func() error { return nil }
+		log.Info("store: in memory (one replica; set REDIS_URL to share budgets across replicas)")
+	} else {
+		client, err := bucket.NewClient(o.RedisURL, bucket.ClientOptions{
+			DialTimeout: o.RedisTimeout, ReadTimeout: o.RedisTimeout, WriteTimeout: o.RedisTimeout,
+			// No retries: a decision whose reply was lost may have been applied, and retrying it
+			// could charge twice; a retry would also multiply the timeout during an outage.
+			MaxRetries: -1,
+			PoolSize:   o.RedisPoolSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix})
+		s.closer = client.Close
+		fallback = bucket.NewMemory(bucket.MemoryOptions{})
+		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
+	}
+
+	s.filter, err = filter.New(pol, filter.Options{
+		Limiter:  s.store,
+		Fallback: fallback,
+		Logger:   log,
+		Metrics:  filter.NewMetrics(s.reg),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	s.grpc = grpc.NewServer(GRPCOptions(o.MaxRecvBytes)...)
+	authv3.RegisterAuthorizationServer(s.grpc, s.filter)
+	s.health = health.NewServer()
+	s.setServing(false)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	if s.grpcLis, err = net.Listen("tcp", o.GRPCAddr); err != nil {
+		s.closer()
+		return nil, fmt.Errorf("grpc listen: %w", err)
+	}
+	if o.AdminAddr != "" {
+		if s.adminLis, err = net.Listen("tcp", o.AdminAddr); err != nil {
+			s.grpcLis.Close()
+			s.closer()
+			return nil, fmt.Errorf("admin listen: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// GRPCOptions are the service's gRPC server settings, shared with the load tool's no-op floor
+// server so that the floor measures the same gRPC.
+func GRPCOptions(maxRecvBytes int) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRecvBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+}
+
+// LoadConfig reads the limits file at path, or the embedded example when path is empty.
+func LoadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return config.Default()
+	}
+	return config.Load(path)
+}
+
+// GRPCAddr is the address the gRPC listener is bound to.
+func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
+
+// Filter is the decision filter the server serves.
+func (s *Server) Filter() *filter.Filter { return s.filter }
+
+// Close releases the listeners and the store of a server that was never Served.
+func (s *Server) Close() error {
+	s.grpcLis.Close()
+	if s.adminLis != nil {
+		s.adminLis.Close()
+	}
+	return s.closer()
+}
+
+// setServing flips the gRPC health status of the server and of the Authorization service.
+func (s *Server) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, st)
+	s.ready.Store(ok)
+}
+
+// Serve runs until ctx ends, then drains: health turns NOT_SERVING, in-flight checks get up to
+// the drain timeout, and the server stops.
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.closer() //nolint:errcheck // closing at exit
+	s.log.Info("serving", zap.String("grpc", s.grpcLis.Addr().String()), zap.Stringer("admin", addrOf(s.adminLis)),
+		zap.String("config", orDefault(s.opts.ConfigPath, "embedded example")))
+
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	var admin *http.Server
+	if s.adminLis != nil {
+		admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := admin.Serve(s.adminLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("admin: %w", err)
+			}
+		}()
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	go s.watchStore(bg)
+	if s.opts.ConfigPath != "" {
+		go s.watchConfig(bg)
+	}
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.log.Info("draining", zap.Duration("timeout", s.opts.DrainTimeout))
+	stopBG()
+	s.setServing(false)
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.opts.DrainTimeout):
+		s.log.Warn("drain timeout: stopping with checks in flight")
+		s.grpc.Stop()
+	}
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		admin.Shutdown(sctx) //nolint:errcheck // best effort at exit
+		cancel()
+	}
+	s.log.Info("stopped")
+	return err
+}
+
+// watchStore pings the store every second: the service becomes ready once the store answered,
+// and llm_ratelimit_store_up follows it. During a later outage the service stays ready so that
+// its failure policy (not Envoy's) decides.
+func (s *Server) watchStore(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(s.opts.RedisTimeout*4, 200*time.Millisecond))
+		err := s.store.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			s.storeUp.Set(1)
+			if !s.ready.Load() {
+				s.setServing(true)
+				s.log.Info("ready")
+			}
+		} else {
+			s.storeUp.Set(0)
+			if !s.ready.Load() {
+				s.log.Warn("store not reachable yet", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchConfig reloads the limits file when it changes; a rejected file leaves the old one.
+func (s *Server) watchConfig(ctx context.Context) {
+	err := config.Watch(ctx, s.opts.ConfigPath, config.WatchOptions{
+		OnLoad: func(c *config.Config) {
+			pol, err := NewPolicy(c)
+			if err != nil {
+				s.reloads.WithLabelValues("rejected").Inc()
+				s.log.Error("config reload rejected", zap.Error(err))
+				return
+			}
+			s.filter.SetPolicy(pol)
+			s.reloads.WithLabelValues("ok").Inc()
+			s.log.Info("config reloaded", zap.Int("rules", len(c.Rules)))
+		},
+		OnError: func(err error) {
+			s.reloads.WithLabelValues("rejected").Inc()
+			s.log.Error("config reload rejected; the previous configuration stays", zap.Error(err))
+		},
+	})
+	if err != nil {
+		s.log.Error("config watch failed: changes need a restart", zap.Error(err))
+	}
+}
+
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n") //nolint:errcheck // best effort
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n") //nolint:errcheck // best effort
+	})
+	if s.opts.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+func addrOf(l net.Listener) fmt.Stringer {
+	if l == nil {
+		return stringer("disabled")
+	}
+	return l.Addr()
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
