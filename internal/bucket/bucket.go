@@ -14,6 +14,11 @@ const (
 	SlidingWindow
 	// Quota admits at most Limit per calendar period (UTC day or month), reset at the boundary.
 	Quota
+	// Concurrency admits at most Limit requests in flight: each admitted request holds a lease
+	// (Request.Lease) until it is released (Adjust with a positive Delta) or Period passes, so a
+	// release that never comes frees the slot after Period. Cost is 0 or 1. A full bucket denies
+	// even within MaxWait, with a wait of at most one second.
+	Concurrency
 )
 
 // String returns the configuration name of the algorithm.
@@ -25,6 +30,8 @@ func (a Algorithm) String() string {
 		return "sliding_window"
 	case Quota:
 		return "quota"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "unknown"
 }
@@ -80,6 +87,10 @@ type Request struct {
 	// MaxWait is the longest delay the caller accepts: when every bucket can pay within it, the
 	// buckets go into debt and the result is Delayed with the wait. Zero means no waiting.
 	MaxWait time.Duration
+	// Lease names the in-flight lease that the request's Concurrency buckets take: unique per
+	// request, 1 to 64 bytes of [A-Za-z0-9_-]. Required when a Concurrency bucket costs 1.
+	// Taking the same lease again renews it instead of counting it twice.
+	Lease string
 }
 
 // Outcome is the result of a decision.
@@ -145,4 +156,18 @@ type Adjustment struct {
 	// Spec identifies the bucket and its parameters; its Cost is ignored.
 	Spec
 	Delta int64
+	// Lease is the lease that a positive Delta releases on a Concurrency bucket. Every
+	// adjustment of one call names the same lease (or none).
+	Lease string
+}
+
+// Level is what a provider reports of one bucket: Remaining tokens (or requests) as of now.
+// Lowering a bucket to a Level charges it the difference when it holds more, and leaves it alone
+// when it holds less: a report can never raise a bucket, so never above its configured limit.
+// Remaining may be negative: a provider 429 with retry-after r is the level c - r x rate, from
+// which the bucket can pay c again exactly after r. Concurrency buckets are left alone.
+type Level struct {
+	// Spec identifies the bucket and its parameters; its Cost is ignored.
+	Spec
+	Remaining int64
 }

@@ -9,11 +9,17 @@
 --             reads back bit for bit.
 --
 -- KEYS[i]     bucket i; every key of a call shares one Redis Cluster hash slot (the caller's tag).
--- ARGV[1]     space-separated: <op> <max_wait_us>, then for each key
+-- ARGV[1]     space-separated: <op> <max_wait_us> <lease>, then for each key
 --             <alg> <limit> <period_us> <capacity> <amount> <reserve>
---               op        T = take, A = adjust
---               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota
---               amount    take: the cost (>= 0); adjust: the delta (> 0 refunds, < 0 charges)
+--               op        T = take, A = adjust, L = lower
+--               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
+--               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
+--                         c = concurrency (period_us is the lease's time to live)
+--               amount    take: the cost (>= 0; a concurrency bucket: 0 or 1, one lease);
+--                         adjust: the delta (> 0 refunds, < 0 charges; on a concurrency bucket
+--                         > 0 releases the lease, <= 0 does nothing);
+--                         lower: the remaining the provider reports; a bucket holding more is
+--                         charged the difference, one holding less is left alone
 --               reserve   floor x capacity, a decimal: a take must leave at least this much
 -- ARGV[2..]   ignored (tests append a fake TIME there)
 --
@@ -25,18 +31,22 @@
 --   remaining the level after the call, rounded down (negative while in debt)
 --   reset_us  time until the bucket is full again; for a quota, until the next period starts
 --   wait_us   time until that bucket alone could pay; the top-level wait_us is their maximum
--- Reply (adjust): the number of keys adjusted.
+--             a concurrency bucket that is full denies even within max_wait (a lease cannot be
+--             reserved ahead); its wait is the time until its oldest lease expires, at most BUSY_US
+-- Reply (adjust, lower): the number of keys.
 --
 -- Storage (one hash per bucket, expiring once the bucket would be full again plus MARGIN_MS; a
 -- missing key is a full bucket, and a write that leaves a bucket full deletes its key):
 --   token bucket   l = level, t = time of that level
 --   sliding window <sub-window index> = amount admitted in that sub-window
 --   quota          u = amount used (above limit: debt carried into the next periods), p = period index
+--   concurrency    a sorted set: lease id -> expiry time; expired leases are pruned on write
 
 local SLOTS = 10        -- sub-windows per sliding window
 local MARGIN_MS = 1000  -- expiry margin
 local DAY_US = 86400000000
 local EPS = 1e-14       -- float tolerance, relative to capacity (token bucket only)
+local BUSY_US = 1000000 -- longest wait advertised by a full concurrency bucket
 
 local function num(x)
   return string.format('%.17g', x)
@@ -87,16 +97,16 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local a = {}
 for w in string.gmatch(ARGV[1], '%S+') do a[#a + 1] = w end
-local op, max_wait = a[1], tonumber(a[2])
+local op, max_wait, lease = a[1], tonumber(a[2]), a[3]
 local n = #KEYS
-if #a ~= 2 + 6 * n then
-  return redis.error_reply('ERR bucket.lua: want ' .. (2 + 6 * n) .. ' arguments, got ' .. #a)
+if #a ~= 3 + 6 * n then
+  return redis.error_reply('ERR bucket.lua: want ' .. (3 + 6 * n) .. ' arguments, got ' .. #a)
 end
 
 -- Load every bucket as of now, without writing.
 local bs = {}
 for i = 1, n do
-  local j = 2 + 6 * (i - 1)
+  local j = 3 + 6 * (i - 1)
   local b = {
     key = KEYS[i], alg = a[j + 1], limit = tonumber(a[j + 2]), period = tonumber(a[j + 3]),
     cap = tonumber(a[j + 4]), amount = tonumber(a[j + 5]), reserve = tonumber(a[j + 6]),
@@ -136,6 +146,19 @@ for i = 1, n do
       b.used = math.max(0, b.used - b.limit * (cur - b.p))
       b.p = cur
     end
+  elseif b.alg == 'c' then
+    -- Live leases only: expired ones are still stored until the next write prunes them.
+    local live = '(' .. num(now)
+    b.cnt = redis.call('ZCOUNT', b.key, live, '+inf')
+    local first = redis.call('ZRANGEBYSCORE', b.key, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    b.first = tonumber(first[2])
+    local last = redis.call('ZREVRANGE', b.key, 0, 0, 'WITHSCORES')
+    b.last = tonumber(last[2])
+    if b.last ~= nil and b.last <= now then b.last = nil end
+    -- A lease taken again (a retried call) is renewed, not counted twice.
+    local mine = tonumber(redis.call('ZSCORE', b.key, lease))
+    b.mine = mine ~= nil and mine > now
+    if b.mine then b.cnt = b.cnt - 1 end
   else
     return redis.error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(b.alg))
   end
@@ -144,7 +167,10 @@ end
 
 -- Time until b is full (empty of admissions), and the level to report.
 local function reset_of(b)
-  if b.alg == 't' then
+  if b.alg == 'c' then
+    if b.last == nil then return 0 end
+    return b.last - now
+  elseif b.alg == 't' then
     if b.level >= b.cap then return 0 end
     return math.ceil((b.cap - b.level) * b.period / b.limit)
   elseif b.alg == 's' then
@@ -155,6 +181,7 @@ local function reset_of(b)
 end
 
 local function remaining_of(b)
+  if b.alg == 'c' then return b.cap - b.cnt end
   if b.alg == 't' then return math.floor(b.level + b.cap * EPS) end
   if b.alg == 's' then return b.cap - b.sum end
   return b.cap - b.used
@@ -162,7 +189,13 @@ end
 
 -- Write b back (it changed), or delete it when it is full, with its expiry.
 local function store(b)
-  if b.alg == 't' then
+  if b.alg == 'c' then
+    redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now))
+    if b.last == nil then
+      redis.call('DEL', b.key)
+      return
+    end
+  elseif b.alg == 't' then
     if b.level >= b.cap then
       redis.call('DEL', b.key)
       return
@@ -194,6 +227,10 @@ local function store(b)
     redis.call('HSET', b.key, 'u', num(b.used), 'p', num(b.p))
   end
   local live = reset_of(b)
+  if b.alg == 'c' then
+    redis.call('PEXPIRE', b.key, math.ceil(live / 1000) + MARGIN_MS)
+    return
+  end
   if b.alg == 'd' or b.alg == 'm' then
     -- A quota is full again once its debt is paid off: ceil(used / limit) periods ahead.
     live = period_start(b.alg, b.p + math.ceil(b.used / b.limit)) - now
@@ -220,10 +257,40 @@ local function slot_add(b, at, amount)
   b.sum = b.sum + amount
 end
 
+-- The level a provider's report is compared with, as remaining_of but unrounded.
+local function level_of(b)
+  if b.alg == 't' then return b.level end
+  if b.alg == 's' then return b.cap - b.sum end
+  return b.cap - b.used
+end
+
+if op == 'L' then
+  for _, b in ipairs(bs) do
+    if b.alg ~= 'c' then
+      local d = level_of(b) - b.amount
+      if d > 0 then
+        if b.alg == 't' then
+          b.level = b.amount
+        elseif b.alg == 's' then
+          slot_add(b, now, d)
+        else
+          b.used = b.used + d
+        end
+        store(b)
+      end
+    end
+  end
+  return n
+end
+
 if op == 'A' then
   for _, b in ipairs(bs) do
     local d = b.amount
-    if b.alg == 't' then
+    if b.alg == 'c' then
+      if d > 0 and lease ~= '-' then
+        redis.call('ZREM', b.key, lease)
+      end
+    elseif b.alg == 't' then
       b.level = b.level + d
       if b.level > b.cap then b.level = b.cap end
     elseif b.alg == 's' then
@@ -241,7 +308,7 @@ if op == 'A' then
     else
       b.used = math.max(0, b.used - d)
     end
-    store(b)
+    if b.alg ~= 'c' then store(b) end
   end
   return n
 end
@@ -253,6 +320,12 @@ for i, b in ipairs(bs) do
   b.wait = 0
   if need > b.cap then
     if outcome ~= 3 then outcome, blocking = 3, i - 1 end
+  elseif b.alg == 'c' then
+    if b.cnt + need > b.cap then
+      b.busy = true
+      b.wait = BUSY_US
+      if b.first ~= nil then b.wait = math.max(1, math.min(b.first - now, BUSY_US)) end
+    end
   elseif b.alg == 't' then
     if b.level < need - b.cap * EPS then
       b.wait = math.ceil((need - b.level) * b.period / b.limit)
@@ -280,15 +353,25 @@ for i, b in ipairs(bs) do
   end
 end
 
+local busy = false
+for _, b in ipairs(bs) do
+  if b.busy then busy = true end
+end
 if outcome ~= 3 and wait > 0 then
-  if max_wait > 0 and wait <= max_wait then outcome = 1 else outcome = 2 end
+  if max_wait > 0 and wait <= max_wait and not busy then outcome = 1 else outcome = 2 end
 end
 if outcome == 3 then wait = 0 end
 
 if outcome <= 1 then
   for _, b in ipairs(bs) do
     if b.amount > 0 then
-      if b.alg == 't' then
+      if b.alg == 'c' then
+        local exp = now + b.period
+        redis.call('ZADD', b.key, num(exp), lease)
+        b.cnt = b.cnt + 1
+        if b.first == nil or exp < b.first then b.first = exp end
+        if b.last == nil or exp > b.last then b.last = exp end
+      elseif b.alg == 't' then
         b.level = b.level - b.amount
       elseif b.alg == 's' then
         -- Admitted as of when the caller proceeds, so it leaves the window a full period later.

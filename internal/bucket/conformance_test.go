@@ -91,6 +91,8 @@ var conformance = []struct {
 	{"clock_backwards", testClockBackwards},
 	{"hostile_keys", testHostileKeys},
 	{"invalid", testInvalid},
+	{"concurrency", testConcurrency},
+	{"lower", testLower},
 }
 
 // check compares a result with want; durations may differ by one microsecond, the resolution of
@@ -554,6 +556,12 @@ func testInvalid(t *testing.T, s store, clk *clock) {
 		"bad algorithm":    req(Spec{Name: "a", Limit: 1, Period: time.Second, Algorithm: 9}),
 		"bad calendar":     req(Spec{Name: "a", Limit: 1, Algorithm: Quota, Calendar: 9}),
 		"duplicate":        req(ok, ok),
+		"lease cost 2":     leased("a", with(concurrency("c", 2, time.Minute), 2)),
+		"lease missing":    req(concurrency("c", 2, time.Minute)),
+		"lease bad byte":   leased("a b", concurrency("c", 2, time.Minute)),
+		"lease too long":   leased(strings.Repeat("a", 65), concurrency("c", 2, time.Minute)),
+		"lease burst":      leased("a", Spec{Name: "c", Algorithm: Concurrency, Limit: 2, Period: time.Minute, Burst: 3, Cost: 1}),
+		"lease short ttl":  leased("a", concurrency("c", 2, time.Millisecond)),
 	} {
 		if _, err := s.Take(context.Background(), r); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Take error %v, want ErrInvalid", name, err)
@@ -563,12 +571,125 @@ func testInvalid(t *testing.T, s store, clk *clock) {
 		"none":       nil,
 		"huge delta": {{Spec: ok, Delta: -MaxAmount - 1}},
 		"duplicate":  {{Spec: ok, Delta: 1}, {Spec: ok, Delta: 2}},
+		"two leases": {{Spec: concurrency("c", 2, time.Minute), Delta: 1, Lease: "a"}, {Spec: concurrency("d", 2, time.Minute), Delta: 1, Lease: "b"}},
+		"bad lease":  {{Spec: concurrency("c", 2, time.Minute), Delta: 1, Lease: "a{b"}},
 	} {
 		if err := s.Adjust(context.Background(), "p", adj); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Adjust error %v, want ErrInvalid", name, err)
 		}
 	}
+	for name, lv := range map[string][]Level{
+		"none":       nil,
+		"huge level": {{Spec: ok, Remaining: MaxAmount + 1}},
+		"duplicate":  {{Spec: ok, Remaining: 1}, {Spec: ok, Remaining: 2}},
+	} {
+		if err := s.Lower(context.Background(), "p", lv); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Lower error %v, want ErrInvalid", name, err)
+		}
+	}
 	if err := s.Ping(context.Background()); err != nil {
 		t.Errorf("Ping: %v", err)
+	}
+}
+
+func concurrency(name string, limit int64, ttl time.Duration) Spec {
+	return Spec{Name: name, Algorithm: Concurrency, Limit: limit, Period: ttl, Cost: 1}
+}
+
+func leased(lease string, buckets ...Spec) *Request {
+	return &Request{Tag: "p", Buckets: buckets, Lease: lease}
+}
+
+func testConcurrency(t *testing.T, s store, clk *clock) {
+	c := concurrency("inflight", 2, 10*time.Second)
+	check(t, "first lease", take(t, s, leased("a", c)), allowed(State{Remaining: 1, Limit: 2, Reset: 10 * time.Second}))
+	check(t, "the same lease again is renewed", take(t, s, leased("a", c)), allowed(State{Remaining: 1, Limit: 2, Reset: 10 * time.Second}))
+	clk.Advance(time.Second)
+	check(t, "second lease", take(t, s, leased("b", c)), allowed(State{Remaining: 0, Limit: 2, Reset: 10 * time.Second}))
+	full := Result{Outcome: Denied, Wait: time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 2, Reset: 10 * time.Second, Wait: time.Second}}}
+	check(t, "full", take(t, s, leased("c", c)), full)
+	r := leased("c", c)
+	r.MaxWait = 30 * time.Second
+	check(t, "full denies even within max_wait", take(t, s, r), full)
+
+	// All or nothing with the token buckets of the same decision.
+	tpm := tokenBucket("tpm", 100, time.Minute, 40)
+	res := take(t, s, leased("c", tpm, c))
+	if res.Outcome != Denied || res.Blocking != 1 {
+		t.Fatalf("tokens and a full concurrency bucket: %+v, want denied by bucket 1", res)
+	}
+	if got := remaining(t, s, "p", tpm); got != 100 {
+		t.Fatalf("a denial debited the token bucket: remaining %d", got)
+	}
+
+	// Releasing a lease frees its slot; releasing it again, or a lease never taken, does nothing.
+	adjust(t, s, "p", Adjustment{Spec: c, Delta: 1, Lease: "a"})
+	adjust(t, s, "p", Adjustment{Spec: c, Delta: 1, Lease: "a"})
+	adjust(t, s, "p", Adjustment{Spec: c, Delta: 1, Lease: "zz"})
+	check(t, "after a release", take(t, s, leased("c", tpm, c)), allowed(
+		State{Remaining: 60, Limit: 100, Reset: 24 * time.Second},
+		State{Remaining: 0, Limit: 2, Reset: 10 * time.Second}))
+	// Leases b and c expire at t0+11s and t0+11s: the wait is until the first one expires.
+	clk.Advance(9500 * time.Millisecond)
+	res = take(t, s, leased("d", c))
+	if res.Outcome != Denied || res.Wait != 500*time.Millisecond {
+		t.Fatalf("0.5 s before the leases expire: %+v, want denied for 0.5 s", res)
+	}
+	clk.Advance(500 * time.Millisecond)
+	check(t, "leases expired", take(t, s, leased("d", c)), allowed(State{Remaining: 1, Limit: 2, Reset: 10 * time.Second}))
+	// A zero-cost take peeks without a lease.
+	peek := with(c, 0)
+	check(t, "peek", take(t, s, req(peek)), allowed(State{Remaining: 1, Limit: 2, Reset: 10 * time.Second}))
+	// A floor keeps the last slots for the classes without one.
+	floored := c
+	floored.Floor = 0.5
+	if res := take(t, s, leased("e", floored)); res.Outcome != Denied {
+		t.Fatalf("a floor of 0.5 on the last of 2 slots: %+v, want denied", res)
+	}
+	clk.Advance(10 * time.Second)
+	check(t, "all expired", take(t, s, req(peek)), allowed(State{Remaining: 2, Limit: 2}))
+}
+
+func testLower(t *testing.T, s store, clk *clock) {
+	ctx := context.Background()
+	lower := func(l ...Level) {
+		t.Helper()
+		if err := s.Lower(ctx, "p", l); err != nil {
+			t.Fatalf("Lower: %v", err)
+		}
+	}
+	tb := tokenBucket("tpm", 100, time.Minute, 10)
+	sw := slidingWindow("sw", 100, 10*time.Second, 10)
+	qd := quota("qd", 100, Day, 10)
+	c := concurrency("inflight", 2, 10*time.Second)
+	take(t, s, leased("a", tb, sw, qd, c))
+	for _, step := range []struct {
+		what   string
+		target int64
+		want   int64
+	}{{"lowered", 50, 50}, {"never raised", 80, 50}, {"into debt", -20, -20}} {
+		lower(Level{Spec: tb, Remaining: step.target}, Level{Spec: sw, Remaining: step.target},
+			Level{Spec: qd, Remaining: step.target}, Level{Spec: c, Remaining: 0})
+		for _, spec := range []Spec{tb, sw, qd} {
+			if got := remaining(t, s, "p", spec); got != step.want {
+				t.Fatalf("%s: %s remaining %d, want %d", step.what, spec.Name, got, step.want)
+			}
+		}
+	}
+	if got := remaining(t, s, "p", with(c, 0)); got != 1 {
+		t.Fatalf("a level never touches leases: remaining %d, want 1", got)
+	}
+	// From -20 at 100 per minute, a cost of 10 fits after 30 tokens: 18 s. This is how a
+	// provider 429 pauses a bucket: the level c - retry_after x rate.
+	check(t, "paused", take(t, s, req(with(tb, 10))), Result{Outcome: Denied, Wait: 18 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: -20, Limit: 100, Reset: 72 * time.Second, Wait: 18 * time.Second}}})
+	clk.Advance(18 * time.Second)
+	check(t, "after the pause", take(t, s, req(with(tb, 10))), allowed(State{Remaining: 0, Limit: 100, Reset: time.Minute}))
+	// A missing bucket is full: lowering it creates it.
+	fresh := tokenBucket("fresh", 100, time.Minute, 0)
+	lower(Level{Spec: fresh, Remaining: 30})
+	if got := remaining(t, s, "p", fresh); got != 30 {
+		t.Fatalf("a fresh bucket lowered to 30: remaining %d", got)
 	}
 }

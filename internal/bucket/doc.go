@@ -27,6 +27,17 @@
 //
 // Adjust corrects buckets after the fact, for reconciliation with the usage a provider reports:
 // a positive Delta refunds (never above capacity), a negative one charges extra (into debt).
+// Lower applies a provider's own report: a bucket holding more than the provider says remains is
+// charged the difference, one holding less is left alone, so a report never raises a bucket (and
+// never above its configured limit). A provider 429 with retry-after r pauses a token bucket for
+// every replica by lowering it to c - r x rate: no request of cost c fits before r has passed.
+//
+// A Concurrency bucket caps requests in flight: each admitted request holds a lease
+// (Request.Lease, one sorted-set member scored by its expiry) until Adjust releases it or its
+// time to live (the Spec's Period, set to the route timeout) passes, so a release that never
+// comes (a crashed replica, a lost response) frees the slot on its own. It is checked and taken
+// in the same atomic call as the request's token buckets; a full one denies even within
+// MaxWait, advertising the time until its oldest lease expires, at most one second.
 //
 // # Algorithms and units
 //
@@ -59,7 +70,7 @@
 //
 //	<prefix>{<tag>}<alg>:<name>      e.g.  rl:{openai}t:tenant-42:gpt-4o:tpm
 //
-// where alg is t, s, d or m (token bucket, sliding window, daily or monthly quota), so a bucket
+// where alg is t, s, d, m or c (token bucket, sliding window, daily or monthly quota, concurrency), so a bucket
 // whose algorithm changes starts afresh instead of misreading the other's state. The hash tag is
 // the Request's Tag: every key of a decision hashes to one Cluster slot, which the atomic script
 // requires (a cross-slot script is refused). The tag should be the provider (openai, anthropic...):

@@ -15,6 +15,7 @@ import (
 type store interface {
 	Take(ctx context.Context, req *Request) (Result, error)
 	Adjust(ctx context.Context, tag string, adj []Adjustment) error
+	Lower(ctx context.Context, tag string, lv []Level) error
 	Ping(ctx context.Context) error
 }
 

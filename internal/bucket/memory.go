@@ -13,6 +13,7 @@ const (
 	expiryMarginMS = 1000
 	dayUS          = 86400e6
 	epsilon        = 1e-14
+	busyUS         = 1e6
 )
 
 // MemoryOptions configures a Memory store.
@@ -46,6 +47,7 @@ type memBucket struct {
 	slots   []slot  // sliding window: admitted amount per sub-window, by index
 	used    float64 // quota: used in period (debt above limit)
 	period  float64
+	leases  map[string]float64 // concurrency: lease id -> expiry (µs)
 }
 
 type slot struct{ idx, amount float64 }
@@ -78,10 +80,11 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 	now := float64(m.now().UnixMicro())
 	for i := range bs {
 		b := &req.Buckets[i]
-		m.load(&bs[i], memKey{req.Tag, b.Name, b.algCode()}, paramsOf(b, b.Cost), now)
+		m.load(&bs[i], memKey{req.Tag, b.Name, b.algCode()}, paramsOf(b, b.Cost), now, req.Lease)
 	}
 
 	outcome, blocking, wait := Allowed, -1, 0.0
+	busy := false
 	for i := range bs {
 		b := &bs[i]
 		b.decide(now)
@@ -91,9 +94,10 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 		if outcome != Impossible && b.wait > wait {
 			wait, blocking = b.wait, i
 		}
+		busy = busy || b.busy
 	}
 	if outcome != Impossible && wait > 0 {
-		if maxWait := float64(req.MaxWait / time.Microsecond); maxWait > 0 && wait <= maxWait {
+		if maxWait := float64(req.MaxWait / time.Microsecond); maxWait > 0 && wait <= maxWait && !busy {
 			outcome = Delayed
 		} else {
 			outcome = Denied
@@ -109,6 +113,8 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 				continue
 			}
 			switch b.p.alg {
+			case 'c':
+				b.leaseAdd(req.Lease, now+b.p.period)
 			case 't':
 				b.level -= b.p.amount
 			case 's':
@@ -135,7 +141,8 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 
 // Adjust applies adj like Redis.Adjust.
 func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error {
-	if err := validateAdjustments(adj); err != nil {
+	lease, err := validateAdjustments(adj)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -148,9 +155,18 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 	for i := range adj {
 		a := &adj[i]
 		b = loaded{}
-		m.load(&b, memKey{tag, a.Name, a.algCode()}, paramsOf(&a.Spec, a.Delta), now)
+		m.load(&b, memKey{tag, a.Name, a.algCode()}, paramsOf(&a.Spec, a.Delta), now, lease)
 		d := b.p.amount
 		switch b.p.alg {
+		case 'c':
+			// ZREM: the lease goes, nothing else is written (a set left empty is deleted).
+			if d > 0 && lease != "" && b.entry != nil {
+				delete(b.entry.leases, lease)
+				if len(b.entry.leases) == 0 {
+					delete(m.buckets, b.key)
+				}
+			}
+			continue
 		case 't':
 			b.level = min(b.level+d, b.p.cap)
 		case 's':
@@ -173,6 +189,42 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 	return nil
 }
 
+// Lower applies lv like Redis.Lower.
+func (m *Memory) Lower(ctx context.Context, tag string, lv []Level) error {
+	if err := validateLevels(lv); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := float64(m.now().UnixMicro())
+	var b loaded
+	for i := range lv {
+		l := &lv[i]
+		if l.Algorithm == Concurrency {
+			continue
+		}
+		b = loaded{}
+		m.load(&b, memKey{tag, l.Name, l.algCode()}, paramsOf(&l.Spec, l.Remaining), now, "")
+		d := b.current() - b.p.amount
+		if d <= 0 {
+			continue
+		}
+		switch b.p.alg {
+		case 't':
+			b.level = b.p.amount
+		case 's':
+			b.slotAdd(now, d)
+		default:
+			b.used += d
+		}
+		m.store(&b, now)
+	}
+	return nil
+}
+
 // loaded is one bucket of a call, as of now, before anything is written.
 type loaded struct {
 	p     params
@@ -187,12 +239,16 @@ type loaded struct {
 
 	used, per float64 // quota
 
+	cnt, first, last float64 // concurrency: live leases, earliest and latest expiry (0: none)
+	leases           map[string]float64
+
 	wait       float64
 	impossible bool
+	busy       bool
 }
 
-// load reads key as bucket.lua does.
-func (m *Memory) load(b *loaded, key memKey, p params, now float64) {
+// load reads key as bucket.lua does; lease is the call's lease ("" for none).
+func (m *Memory) load(b *loaded, key memKey, p params, now float64, lease string) {
 	b.p, b.key = p, key
 	e := m.buckets[key]
 	if e != nil && now > e.expires {
@@ -201,6 +257,24 @@ func (m *Memory) load(b *loaded, key memKey, p params, now float64) {
 	}
 	b.entry = e
 	switch p.alg {
+	case 'c':
+		if e == nil {
+			break
+		}
+		b.leases = e.leases
+		for _, exp := range e.leases {
+			if exp <= now {
+				continue
+			}
+			b.cnt++
+			if b.first == 0 || exp < b.first {
+				b.first = exp
+			}
+			b.last = max(b.last, exp)
+		}
+		if exp, ok := e.leases[lease]; ok && lease != "" && exp > now {
+			b.cnt--
+		}
 	case 't':
 		if e == nil {
 			b.level, b.ts = p.cap, now
@@ -248,6 +322,14 @@ func (b *loaded) decide(now float64) {
 	switch {
 	case need > b.p.cap:
 		b.impossible = true
+	case b.p.alg == 'c':
+		if b.cnt+need > b.p.cap {
+			b.busy = true
+			b.wait = busyUS
+			if b.first != 0 {
+				b.wait = max(1, min(b.first-now, busyUS))
+			}
+		}
 	case b.p.alg == 't':
 		if b.level < need-float64(b.p.cap*epsilon) {
 			b.wait = math.Ceil((need - b.level) * b.p.period / b.p.limit)
@@ -291,9 +373,37 @@ func (b *loaded) slotAdd(at, amount float64) {
 	b.slots[pos] = slot{idx, amount}
 }
 
+// leaseAdd takes (or renews) lease until exp, copying the entry's leases before the first write.
+func (b *loaded) leaseAdd(lease string, exp float64) {
+	leases := make(map[string]float64, len(b.leases)+1)
+	for k, v := range b.leases {
+		leases[k] = v
+	}
+	leases[lease] = exp
+	b.leases = leases
+	b.cnt++
+	if b.first == 0 || exp < b.first {
+		b.first = exp
+	}
+	b.last = max(b.last, exp)
+}
+
+// current is what a provider's report is compared with: remaining, unrounded.
+func (b *loaded) current() float64 {
+	switch b.p.alg {
+	case 't':
+		return b.level
+	case 's':
+		return b.p.cap - b.sum
+	}
+	return b.p.cap - b.used
+}
+
 // remaining is the reported level, rounded down.
 func (b *loaded) remaining() float64 {
 	switch b.p.alg {
+	case 'c':
+		return b.p.cap - b.cnt
 	case 't':
 		return math.Floor(b.level + float64(b.p.cap*epsilon))
 	case 's':
@@ -305,6 +415,11 @@ func (b *loaded) remaining() float64 {
 // reset is the time until the bucket is full (a quota: until its next period).
 func (b *loaded) reset(now float64) float64 {
 	switch b.p.alg {
+	case 'c':
+		if b.last == 0 {
+			return 0
+		}
+		return b.last - now
 	case 't':
 		if b.level >= b.p.cap {
 			return 0
@@ -323,6 +438,16 @@ func (b *loaded) reset(now float64) float64 {
 func (m *Memory) store(b *loaded, now float64) {
 	full := false
 	switch b.p.alg {
+	case 'c':
+		// ZREMRANGEBYSCORE of the expired leases, then the set is gone when empty.
+		live := make(map[string]float64, len(b.leases))
+		for k, exp := range b.leases {
+			if exp > now {
+				live[k] = exp
+			}
+		}
+		b.leases = live
+		full = len(live) == 0
 	case 't':
 		full = b.level >= b.p.cap
 	case 's':
@@ -341,6 +466,10 @@ func (m *Memory) store(b *loaded, now float64) {
 		b.entry = e
 	}
 	switch b.p.alg {
+	case 'c':
+		e.leases = b.leases
+		e.expires = now + (math.Ceil(b.reset(now)/1000)+expiryMarginMS)*1000
+		return
 	case 't':
 		e.level, e.ts = b.level, b.ts
 	case 's':

@@ -63,6 +63,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 	var buf [512]byte
 	a := append(buf[:0], 'T', ' ')
 	a = strconv.AppendInt(a, int64(req.MaxWait/time.Microsecond), 10)
+	a = appendLease(a, req.Lease)
 	for i := range req.Buckets {
 		b := &req.Buckets[i]
 		a = appendParams(a, paramsOf(b, b.Cost))
@@ -78,23 +79,53 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 // capacity), a negative one charges (into debt if need be). tag must be the Request.Tag the
 // buckets were taken under.
 func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error {
-	if err := validateAdjustments(adj); err != nil {
+	lease, err := validateAdjustments(adj)
+	if err != nil {
 		return err
 	}
 	keys := s.keys(tag, len(adj), func(i int) *Spec { return &adj[i].Spec })
 	var buf [512]byte
-	a := append(buf[:0], "A 0"...)
+	a := appendLease(append(buf[:0], "A 0"...), lease)
 	for i := range adj {
 		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta))
 	}
-	v, err := s.run(ctx, keys, a)
+	return s.runCount(ctx, "adjust", keys, a)
+}
+
+// Lower brings every bucket of lv down to the level a provider reports, in one round trip: a
+// bucket holding more than Level.Remaining is charged the difference, one holding less is left
+// alone (see Level). tag must be the Request.Tag the buckets are taken under.
+func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
+	if err := validateLevels(lv); err != nil {
+		return err
+	}
+	keys := s.keys(tag, len(lv), func(i int) *Spec { return &lv[i].Spec })
+	var buf [512]byte
+	a := append(buf[:0], "L 0 -"...)
+	for i := range lv {
+		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining))
+	}
+	return s.runCount(ctx, "lower", keys, a)
+}
+
+// runCount runs an adjust or lower call, whose reply is the number of keys.
+func (s *Redis) runCount(ctx context.Context, op string, keys []string, argv []byte) error {
+	v, err := s.run(ctx, keys, argv)
 	if err != nil {
 		return err
 	}
-	if got, ok := v.(int64); !ok || got != int64(len(adj)) {
-		return fmt.Errorf("%w: adjust returned %v (%T), want %d", ErrReply, v, v, len(adj))
+	if got, ok := v.(int64); !ok || got != int64(len(keys)) {
+		return fmt.Errorf("%w: %s returned %v (%T), want %d", ErrReply, op, v, v, len(keys))
 	}
 	return nil
+}
+
+// appendLease appends " lease", or " -" for none.
+func appendLease(a []byte, lease string) []byte {
+	if lease == "" {
+		return append(a, " -"...)
+	}
+	return append(append(a, ' '), lease...)
 }
 
 // keys builds every key of a call in one allocation (the keys share the backing string).

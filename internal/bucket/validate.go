@@ -54,6 +54,16 @@ func (s *Spec) validate(amount int64, adjust bool) error {
 		if s.Calendar != Day && s.Calendar != Month {
 			return fmt.Errorf("%w: bucket %q: unknown calendar %d", ErrInvalid, s.Name, s.Calendar)
 		}
+	case Concurrency:
+		if s.Period < MinPeriod || s.Period > MaxPeriod {
+			return fmt.Errorf("%w: bucket %q: lease time to live %v outside %v..%v", ErrInvalid, s.Name, s.Period, MinPeriod, MaxPeriod)
+		}
+		if s.Burst != 0 {
+			return fmt.Errorf("%w: bucket %q: a concurrency bucket has no burst", ErrInvalid, s.Name)
+		}
+		if !adjust && amount > 1 {
+			return fmt.Errorf("%w: bucket %q: a concurrency bucket costs 0 or 1, not %d", ErrInvalid, s.Name, amount)
+		}
 	default:
 		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", ErrInvalid, s.Name, s.Algorithm)
 	}
@@ -70,6 +80,8 @@ func (s *Spec) algCode() byte {
 			return 'm'
 		}
 		return 'd'
+	case Concurrency:
+		return 'c'
 	}
 	return 't'
 }
@@ -87,10 +99,16 @@ func (r *Request) validate() error {
 	if r.MaxWait < 0 || r.MaxWait > MaxWait {
 		return fmt.Errorf("%w: max wait %v outside 0..%v", ErrInvalid, r.MaxWait, MaxWait)
 	}
+	if r.Lease != "" && !validLease(r.Lease) {
+		return fmt.Errorf("%w: lease %q is not 1 to 64 of [A-Za-z0-9_-]", ErrInvalid, r.Lease)
+	}
 	for i := range r.Buckets {
 		b := &r.Buckets[i]
 		if err := b.validate(b.Cost, false); err != nil {
 			return err
+		}
+		if b.Algorithm == Concurrency && b.Cost > 0 && r.Lease == "" {
+			return fmt.Errorf("%w: bucket %q: a concurrency bucket needs the request's lease", ErrInvalid, b.Name)
 		}
 		for j := range i {
 			if sameBucket(&r.Buckets[j], b) {
@@ -101,18 +119,62 @@ func (r *Request) validate() error {
 	return nil
 }
 
-func validateAdjustments(adj []Adjustment) error {
-	if len(adj) == 0 || len(adj) > MaxBuckets {
-		return fmt.Errorf("%w: %d adjustments, want 1..%d", ErrInvalid, len(adj), MaxBuckets)
+// validLease reports whether id can name a lease: 1 to 64 of [A-Za-z0-9_-], so that it is one
+// word of the script's arguments.
+func validLease(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
 	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validateAdjustments checks adj and returns the lease they release ("" for none).
+func validateAdjustments(adj []Adjustment) (string, error) {
+	if len(adj) == 0 || len(adj) > MaxBuckets {
+		return "", fmt.Errorf("%w: %d adjustments, want 1..%d", ErrInvalid, len(adj), MaxBuckets)
+	}
+	lease := ""
 	for i := range adj {
 		a := &adj[i]
 		if err := a.validate(a.Delta, true); err != nil {
-			return err
+			return "", err
+		}
+		if a.Lease != "" {
+			if !validLease(a.Lease) {
+				return "", fmt.Errorf("%w: lease %q is not 1 to 64 of [A-Za-z0-9_-]", ErrInvalid, a.Lease)
+			}
+			if lease != "" && lease != a.Lease {
+				return "", fmt.Errorf("%w: one call releases one lease, not %q and %q", ErrInvalid, lease, a.Lease)
+			}
+			lease = a.Lease
 		}
 		for j := range i {
 			if sameBucket(&adj[j].Spec, &a.Spec) {
-				return fmt.Errorf("%w: bucket %q adjusted twice", ErrInvalid, a.Name)
+				return "", fmt.Errorf("%w: bucket %q adjusted twice", ErrInvalid, a.Name)
+			}
+		}
+	}
+	return lease, nil
+}
+
+func validateLevels(lv []Level) error {
+	if len(lv) == 0 || len(lv) > MaxBuckets {
+		return fmt.Errorf("%w: %d levels, want 1..%d", ErrInvalid, len(lv), MaxBuckets)
+	}
+	for i := range lv {
+		l := &lv[i]
+		if err := l.validate(l.Remaining, true); err != nil {
+			return err
+		}
+		for j := range i {
+			if sameBucket(&lv[j].Spec, &l.Spec) {
+				return fmt.Errorf("%w: bucket %q lowered twice", ErrInvalid, l.Name)
 			}
 		}
 	}
