@@ -1,0 +1,425 @@
+// Command loadgen measures the decision service under load (issue 8): it drives
+// envoy.service.auth.v3.Authorization/Check over gRPC with realistic chat requests, at a fixed
+// concurrency or arrival rate, and prints throughput and latency percentiles as a table and as
+// JSON. In the same invocation it measures two floors at the same load, and prints the service's
+// figures as ratios of them:
+//
+//   - noop: an ext_authz server with the service's gRPC settings that answers OK without reading
+//     the request: the cost of gRPC itself on this machine;
+//   - evalsha: a bare EVALSHA of a minimal one-bucket script against the same Redis: the cost of
+//     one Redis round trip.
+//
+// By default it starts the service in process (internal/server, the code of cmd/ext-authz) on the
+// Redis given by -redis-url, or on a redis-server it starts itself, or on the in-memory store
+// (-store memory); -addr targets a running server instead. docs/performance.md has the method and
+// the figures.
+//
+//	loadgen [-c 64] [-d 10s] [-body 1k] [-tenants 100] [-deny 0.05] [-store redis|memory]
+//	        [-redis-url URL] [-addr HOST:PORT] [-rate N] [-json FILE] [-cpuprofile FILE]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type options struct {
+	addr, store, redisURL, configPath string
+	load                              load
+	body, models                      string
+	tenants, conns, distinct          int
+	deny                              float64
+	floors                            string
+	timeout, redisTimeout             time.Duration
+	redisPool                         int
+	jsonPath, cpuProfile              string
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "", "a running ext-authz gRPC address; default: start the service in process")
+	fs.StringVar(&o.store, "store", "redis", "store of the in-process service: redis or memory")
+	fs.StringVar(&o.redisURL, "redis-url", "", "Redis of the service and of the evalsha floor; default: start redis-server from PATH")
+	fs.StringVar(&o.configPath, "config", "", "limits file of the in-process service; default: the embedded bench.yaml (2 buckets per request)")
+	fs.IntVar(&o.load.concurrency, "c", 64, "concurrent requests (workers)")
+	fs.Float64Var(&o.load.rate, "rate", 0, "fixed arrival rate per second (open loop, at most -c in flight); 0: closed loop")
+	fs.DurationVar(&o.load.duration, "d", 10*time.Second, "measured duration of each run")
+	fs.DurationVar(&o.load.warmup, "warmup", 2*time.Second, "unmeasured warm-up before each run")
+	fs.StringVar(&o.body, "body", "1k", "chat body sizes, mixed uniformly: e.g. 1k or 1k,8k,64k")
+	fs.StringVar(&o.models, "models", "gpt-4o,gpt-4o-mini,gpt-4.1-mini,claude-sonnet-4-5", "models, mixed uniformly (claude-* are Anthropic messages)")
+	fs.IntVar(&o.tenants, "tenants", 100, "tenants that are never limited")
+	fs.Float64Var(&o.deny, "deny", 0.05, "share of requests from tenants whose budget is spent (denied with 429)")
+	fs.IntVar(&o.distinct, "distinct", 1024, "distinct requests generated and cycled through")
+	fs.IntVar(&o.conns, "conns", 2, "gRPC client connections (Envoy keeps one per worker thread)")
+	fs.StringVar(&o.floors, "floors", "noop,evalsha", "floors to measure: noop, evalsha, both or none (empty)")
+	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each Check, like Envoy's ext_authz timeout")
+	fs.DurationVar(&o.redisTimeout, "redis-timeout", 50*time.Millisecond, "the in-process service's Redis timeout (as ext-authz -redis-timeout)")
+	fs.IntVar(&o.redisPool, "redis-pool", 0, "the in-process service's Redis connections; 0: go-redis's default")
+	fs.StringVar(&o.jsonPath, "json", "-", "write the figures as JSON to this file; - : after the table on stdout; empty: not at all")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the service's run (in process: server and tool together)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var errs []error
+	if o.load.concurrency < 1 {
+		errs = append(errs, errors.New("-c must be at least 1"))
+	}
+	if o.load.duration <= 0 {
+		errs = append(errs, errors.New("-d must be positive"))
+	}
+	if o.store != "redis" && o.store != "memory" {
+		errs = append(errs, fmt.Errorf("-store %q: want redis or memory", o.store))
+	}
+	if o.deny < 0 || o.deny > 1 {
+		errs = append(errs, errors.New("-deny must be between 0 and 1"))
+	}
+	if o.tenants < 1 || o.conns < 1 || o.distinct < 1 {
+		errs = append(errs, errors.New("-tenants, -conns and -distinct must be at least 1"))
+	}
+	for f := range strings.SplitSeq(o.floors, ",") {
+		if f != "" && f != "noop" && f != "evalsha" {
+			errs = append(errs, fmt.Errorf("-floors: unknown floor %q", f))
+		}
+	}
+	return o, errors.Join(errs...)
+}
+
+// report is everything one invocation measured.
+type report struct {
+	Machine  machine        `json:"machine"`
+	Settings map[string]any `json:"settings"`
+	Runs     []result       `json:"runs"`
+	Ratios   map[string]any `json:"ratios"`
+	Redis    *redisCommands `json:"redis_commands,omitempty"`
+}
+
+type machine struct {
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	CPU        string `json:"cpu"`
+	Go         string `json:"go"`
+	OS         string `json:"os"`
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	sizes, err := parseSizes(o.body)
+	if err != nil {
+		return err
+	}
+	w := &workload{sizes: sizes, models: strings.Split(o.models, ","), tenants: o.tenants, deny: o.deny, seed: 1}
+	reqs, err := w.requests(o.distinct)
+	if err != nil {
+		return err
+	}
+	floors := map[string]bool{}
+	for f := range strings.SplitSeq(o.floors, ",") {
+		floors[f] = f != ""
+	}
+
+	// Redis: the service's store (in process, -store redis) and the evalsha floor's.
+	var rdb redis.UniversalClient
+	needRedis := (o.addr == "" && o.store == "redis") || floors["evalsha"] || o.redisURL != ""
+	if needRedis {
+		if o.redisURL == "" {
+			url, stop, err := startRedis(ctx)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			o.redisURL = url
+		}
+		if rdb, err = bucket.NewClient(o.redisURL, bucket.ClientOptions{PoolSize: o.redisPool}); err != nil {
+			return err
+		}
+		defer rdb.Close()
+	}
+
+	// The service under test.
+	target := o.addr
+	if target == "" {
+		stop, addr, err := startService(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		target = addr
+	}
+	conns, err := dial(target, o.conns)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	if err := waitServing(ctx, conns[0]); err != nil {
+		return err
+	}
+
+	rep := &report{
+		Machine: machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), CPU: cpuModel(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
+		Settings: map[string]any{"concurrency": o.load.concurrency, "rate": o.load.rate, "duration": o.load.duration.String(),
+			"warmup": o.load.warmup.String(), "body": o.body, "models": w.models, "tenants": o.tenants, "deny": o.deny,
+			"conns": o.conns, "store": storeName(o), "target": targetName(o), "distinct_requests": o.distinct},
+		Ratios: map[string]any{},
+	}
+	fmt.Fprintf(stderr, "loadgen: %d workers, %s per run, body %s, %d tenants, %.0f%% denials, store %s\n",
+		o.load.concurrency, o.load.duration, o.body, o.tenants, 100*o.deny, storeName(o))
+
+	var noopRes, evalRes *result
+	if floors["noop"] {
+		addr, stop, err := startNoop(config.DefaultMaxRecvBytes)
+		if err != nil {
+			return err
+		}
+		nc, err := dial(addr, o.conns)
+		if err != nil {
+			stop()
+			return err
+		}
+		call := checkCaller(nc, o.timeout)
+		warm(ctx, o.load, reqs, call)
+		r := measure(ctx, "noop floor", o.load, reqs, call)
+		closeAll(nc)
+		stop()
+		noopRes = &r
+		rep.Runs = append(rep.Runs, r)
+		fmt.Fprintln(stderr, "loadgen:", r)
+	}
+	if floors["evalsha"] && rdb != nil {
+		call := evalshaCaller(rdb)
+		warm(ctx, o.load, reqs, call)
+		r := measure(ctx, "evalsha floor", o.load, reqs, call)
+		evalRes = &r
+		rep.Runs = append(rep.Runs, r)
+		fmt.Fprintln(stderr, "loadgen:", r)
+	}
+
+	// The service. The profile and the Redis commands cover the measured part only.
+	var before map[string]int64
+	call := checkCaller(conns, o.timeout)
+	warm(ctx, o.load, reqs, call)
+	if rdb != nil && o.store == "redis" {
+		if before, err = commandStats(ctx, rdb); err != nil {
+			return err
+		}
+	}
+	var prof *os.File
+	if o.cpuProfile != "" {
+		if prof, err = os.Create(o.cpuProfile); err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return err
+		}
+	}
+	ours := measure(ctx, "ext-authz", o.load, reqs, call)
+	if prof != nil {
+		pprof.StopCPUProfile()
+		prof.Close()
+	}
+	rep.Runs = append(rep.Runs, ours)
+	fmt.Fprintln(stderr, "loadgen:", ours)
+	if before != nil {
+		after, err := commandStats(ctx, rdb)
+		if err != nil {
+			return err
+		}
+		rc := diffStats(before, after, ours.Requests)
+		rep.Redis = &rc
+	}
+
+	if noopRes != nil && noopRes.Throughput > 0 && noopRes.P99 > 0 {
+		rep.Ratios["throughput_vs_noop"] = round3(ours.Throughput / noopRes.Throughput)
+		rep.Ratios["p99_vs_noop"] = round3(float64(ours.P99) / float64(noopRes.P99))
+		rep.Ratios["p50_vs_noop"] = round3(float64(ours.P50) / float64(noopRes.P50))
+	}
+	if evalRes != nil && evalRes.Throughput > 0 && evalRes.P99 > 0 {
+		rep.Ratios["throughput_vs_evalsha"] = round3(ours.Throughput / evalRes.Throughput)
+		rep.Ratios["p99_vs_evalsha"] = round3(float64(ours.P99) / float64(evalRes.P99))
+	}
+	printTable(stdout, rep)
+	if o.jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if o.jsonPath == "-" {
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else if err := os.WriteFile(o.jsonPath, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if ours.Requests == 0 {
+		return errors.New("the service answered no request")
+	}
+	return nil
+}
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+func storeName(o *options) string {
+	if o.addr != "" {
+		return "as the target's"
+	}
+	return o.store
+}
+
+func targetName(o *options) string {
+	if o.addr != "" {
+		return o.addr
+	}
+	return "in process"
+}
+
+// startService runs the service in process (internal/server, as cmd/ext-authz serve does).
+func startService(ctx context.Context, o *options) (stop func(), addr string, err error) {
+	cfgPath := o.configPath
+	dir := ""
+	if cfgPath == "" {
+		if dir, err = os.MkdirTemp("", "loadgen"); err != nil {
+			return nil, "", err
+		}
+		cfgPath = filepath.Join(dir, "bench.yaml")
+		if err := os.WriteFile(cfgPath, benchConfig, 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, "", err
+		}
+	}
+	so := server.Options{
+		ConfigPath: cfgPath, GRPCAddr: "127.0.0.1:0", RedisPrefix: "loadgen:",
+		RedisTimeout: o.redisTimeout, RedisPoolSize: o.redisPool, DrainTimeout: time.Second,
+		MaxRecvBytes: config.DefaultMaxRecvBytes,
+	}
+	if o.store == "redis" {
+		so.RedisURL = o.redisURL
+	}
+	s, err := server.New(so, zap.NewNop())
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		s.Serve(sctx) //nolint:errcheck // ends with cancel
+		close(done)
+	}()
+	return func() {
+		cancel()
+		<-done
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}, s.GRPCAddr().String(), nil
+}
+
+// waitServing waits until the service reports SERVING (its store answered).
+func waitServing(ctx context.Context, conn *grpc.ClientConn) error {
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the service is not SERVING: %v %v", resp.GetStatus(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func closeAll(conns []*grpc.ClientConn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+
+// printTable writes the runs and the ratios for people.
+func printTable(w io.Writer, rep *report) {
+	fmt.Fprintf(w, "machine: %d CPUs (%s), GOMAXPROCS %d, %s %s\n", rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.GOMAXPROCS, rep.Machine.Go, rep.Machine.OS)
+	s := rep.Settings
+	fmt.Fprintf(w, "load: concurrency %v, rate %v/s (0: closed loop), %v per run after %v warm-up, body %v, %v tenants, deny share %v, %v gRPC conns, store %v, target %v\n\n",
+		s["concurrency"], s["rate"], s["duration"], s["warmup"], s["body"], s["tenants"], s["deny"], s["conns"], s["store"], s["target"])
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\trequests\tper second\tp50\tp90\tp99\tmax\tallowed\t429\tother denied\terrors\tload 1m\t")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.2f-%.2f\t\n", r.Name, r.Requests, r.Throughput,
+			ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max), r.Allowed, r.Denied, r.OtherDenied, r.Errors, r.LoadAvg[0], r.LoadAvg[1])
+	}
+	tw.Flush()
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w)
+		bars := []struct{ key, bar string }{
+			{"throughput_vs_noop", "bar >= 0.5"}, {"p99_vs_noop", "bar <= 3"}, {"p50_vs_noop", ""},
+			{"throughput_vs_evalsha", ""}, {"p99_vs_evalsha", ""},
+		}
+		for _, b := range bars {
+			if v, ok := rep.Ratios[b.key]; ok {
+				fmt.Fprintf(w, "%-22s %6.3f  %s\n", b.key, v, b.bar)
+			}
+		}
+	}
+	if rc := rep.Redis; rc != nil {
+		fmt.Fprintf(w, "\nredis commands sent per decision: %.4f (bar <= 1)  sent %v  in scripts %v\n", rc.PerDecision, rc.Sent, rc.InScript)
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/proto"
+)
+
+func sockAddr(ip string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: ip, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port}}}}
+}
+
+// Outcomes of one call.
+const (
+	outAllowed     = iota
+	outDenied      // 429
+	outOtherDenied // any other denial (413, 503, 500)
+	outError       // the RPC or the Redis call failed
+	numOutcomes
+)
+
+// caller makes one call: a Check, or a bare EVALSHA.
+type caller func(ctx context.Context, r *rawRequest) int
+
+// rawCodec sends a rawRequest's bytes as they are and decodes replies as protobuf; its name is
+// "proto", so the server sees an ordinary protobuf call.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if r, ok := v.(*rawRequest); ok {
+		return r.data, nil
+	}
+	return proto.Marshal(v.(proto.Message))
+}
+func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
+func (rawCodec) Name() string                       { return "proto" }
+
+var _ encoding.Codec = rawCodec{}
+
+// checkCaller sends Checks over conns (round robin by worker) and classifies the answers.
+func checkCaller(conns []*grpc.ClientConn, timeout time.Duration) caller {
+	opt := grpc.ForceCodec(rawCodec{})
+	var mu sync.Mutex
+	next := 0
+	pick := func() *grpc.ClientConn {
+		mu.Lock()
+		defer mu.Unlock()
+		next++
+		return conns[next%len(conns)]
+	}
+	return func(ctx context.Context, r *rawRequest) int {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var resp authv3.CheckResponse
+		if err := pick().Invoke(ctx, "/envoy.service.auth.v3.Authorization/Check", r, &resp, opt); err != nil {
+			return outError
+		}
+		if resp.GetOkResponse() != nil || resp.GetStatus().GetCode() == 0 {
+			return outAllowed
+		}
+		if resp.GetDeniedResponse().GetStatus().GetCode() == 429 {
+			return outDenied
+		}
+		return outOtherDenied
+	}
+}
+
+// dial opens n client connections to addr (Envoy keeps one per worker thread).
+func dial(addr string, n int) ([]*grpc.ClientConn, error) {
+	var conns []*grpc.ClientConn
+	for range n {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+		if err != nil {
+			return nil, err
+		}
+		c.Connect()
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+// load is how a run drives its target.
+type load struct {
+	concurrency int
+	rate        float64 // arrivals per second; 0: closed loop, each worker sends back to back
+	duration    time.Duration
+	warmup      time.Duration
+}
+
+// result is one run's figures.
+type result struct {
+	Name        string        `json:"name"`
+	Concurrency int           `json:"concurrency"`
+	Rate        float64       `json:"rate,omitempty"`
+	Duration    time.Duration `json:"duration_ns"`
+	Requests    int           `json:"requests"`
+	Throughput  float64       `json:"throughput_per_s"`
+	P50         time.Duration `json:"p50_ns"`
+	P90         time.Duration `json:"p90_ns"`
+	P99         time.Duration `json:"p99_ns"`
+	Max         time.Duration `json:"max_ns"`
+	Allowed     int           `json:"allowed"`
+	Denied      int           `json:"denied_429"`
+	OtherDenied int           `json:"denied_other"`
+	Errors      int           `json:"errors"`
+	Dropped     int           `json:"dropped,omitempty"`
+	LoadAvg     [2]float64    `json:"loadavg_1m_before_after"`
+}
+
+// warm drives call with reqs for l.warmup, unmeasured: connections, caches, the script cache
+// and the Go heap settle.
+func warm(ctx context.Context, l load, reqs []*rawRequest, call caller) {
+	if l.warmup > 0 {
+		wctx, cancel := context.WithTimeout(ctx, l.warmup)
+		drive(wctx, l, reqs, call)
+		cancel()
+	}
+}
+
+// measure drives call with reqs for l.duration and returns the figures.
+func measure(ctx context.Context, name string, l load, reqs []*rawRequest, call caller) result {
+	res := result{Name: name, Concurrency: l.concurrency, Rate: l.rate}
+	res.LoadAvg[0] = loadAvg()
+	mctx, cancel := context.WithTimeout(ctx, l.duration)
+	start := time.Now()
+	lats, outs, dropped := drive(mctx, l, reqs, call)
+	res.Duration = time.Since(start)
+	cancel()
+	res.LoadAvg[1] = loadAvg()
+	res.Requests = len(lats)
+	res.Throughput = float64(len(lats)) / res.Duration.Seconds()
+	res.Allowed, res.Denied, res.OtherDenied, res.Errors = outs[outAllowed], outs[outDenied], outs[outOtherDenied], outs[outError]
+	res.Dropped = dropped
+	slices.Sort(lats)
+	res.P50, res.P90, res.P99 = quantile(lats, 0.50), quantile(lats, 0.90), quantile(lats, 0.99)
+	if len(lats) > 0 {
+		res.Max = lats[len(lats)-1]
+	}
+	return res
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(math.Ceil(q*float64(len(sorted))))-1)]
+}
+
+// drive runs the workers until ctx ends and collects every completed call's latency (calls cut
+// short by the end of the run are not counted). In closed loop, a latency is from send to
+// answer; at a fixed rate it is from the scheduled arrival, so that queueing in the tool counts
+// (no coordinated omission), and arrivals that find the queue full are dropped and counted.
+func drive(ctx context.Context, l load, reqs []*rawRequest, call caller) ([]time.Duration, [numOutcomes]int, int) {
+	type worker struct {
+		lats []time.Duration
+		outs [numOutcomes]int
+	}
+	ws := make([]worker, l.concurrency)
+	var arrivals chan time.Time
+	dropped := 0
+	if l.rate > 0 {
+		arrivals = make(chan time.Time, max(int(l.rate), 1024))
+	}
+	var wg sync.WaitGroup
+	for i := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &ws[i]
+			k := i * 7919
+			for {
+				var sent time.Time
+				if arrivals != nil {
+					select {
+					case <-ctx.Done():
+						return
+					case sent = <-arrivals:
+					}
+				} else {
+					if ctx.Err() != nil {
+						return
+					}
+					sent = time.Now()
+				}
+				k++
+				out := call(context.WithoutCancel(ctx), reqs[k%len(reqs)])
+				w.lats = append(w.lats, time.Since(sent))
+				w.outs[out]++
+			}
+		}()
+	}
+	if arrivals != nil {
+		// Every millisecond, schedule the arrivals that are due.
+		start := time.Now()
+		interval := time.Duration(float64(time.Second) / l.rate)
+		tick := time.NewTicker(time.Millisecond)
+		i := 0
+	gen:
+		for {
+			for now := time.Now(); ; i++ {
+				at := start.Add(time.Duration(i) * interval)
+				if at.After(now) {
+					break
+				}
+				select {
+				case arrivals <- at:
+				default:
+					dropped++
+				}
+			}
+			select {
+			case <-ctx.Done():
+				break gen
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+	}
+	wg.Wait()
+	var lats []time.Duration
+	var outs [numOutcomes]int
+	for i := range ws {
+		lats = append(lats, ws[i].lats...)
+		for j := range outs {
+			outs[j] += ws[i].outs[j]
+		}
+	}
+	return lats, outs, dropped
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("%s: %d requests, %.0f/s, p50 %v p99 %v", r.Name, r.Requests, r.Throughput, r.P50, r.P99)
+}
