@@ -47,7 +47,15 @@ type Rule struct {
 	Requests *Limit
 	MaxWait  time.Duration
 	Shadow   bool
+	// Concurrent is the in-flight cap (a Concurrency limit whose Period is the lease TTL); nil
+	// when the rule has none.
+	Concurrent *Limit
+	// Feedback: the provider's reports lower the rule's token bucket.
+	Feedback bool
 }
+
+// DefaultLeaseTTL is a lease's time to live when a rule names none: envoy.yaml's route timeout.
+const DefaultLeaseTTL = 10 * time.Minute
 
 // Limit is a compiled amount: the parameters of one bucket.
 type Limit struct {
@@ -188,6 +196,7 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		Priority: NewGlob(r.Match.Priority),
 		MaxWait:  time.Duration(r.MaxWait),
 		Shadow:   r.Shadow,
+		Feedback: r.ProviderFeedback,
 	}
 	switch r.Match.Provider {
 	case "", "openai", "azure", "anthropic", "*":
@@ -208,8 +217,27 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		}
 		out.Per |= bit
 	}
-	if r.Tokens == nil && r.Requests == nil {
-		bad("tokens", "a rule needs tokens, requests or both")
+	if r.Tokens == nil && r.Requests == nil && r.MaxConcurrent == 0 {
+		bad("tokens", "a rule needs tokens, requests or max_concurrent")
+	}
+	ttl := time.Duration(r.LeaseTTL)
+	if ttl == 0 {
+		ttl = DefaultLeaseTTL
+	}
+	switch {
+	case r.MaxConcurrent < 0 || r.MaxConcurrent > maxLimit:
+		bad("max_concurrent", "%d is not in [0, %d]", r.MaxConcurrent, int64(maxLimit))
+	case r.MaxConcurrent > 0:
+		out.Concurrent = &Limit{Algorithm: bucket.Concurrency, Limit: r.MaxConcurrent, Period: ttl}
+	}
+	if ttl < minPeriod || ttl > maxPeriod {
+		bad("lease_ttl", "%v is not from 1s to 744h", ttl)
+	}
+	if r.LeaseTTL != 0 && r.MaxConcurrent == 0 {
+		bad("lease_ttl", "applies with max_concurrent only")
+	}
+	if r.ProviderFeedback && r.Tokens == nil {
+		bad("provider_feedback", "needs tokens: the provider's reports lower the token bucket")
 	}
 	var err error
 	if r.Tokens != nil {

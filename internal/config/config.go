@@ -112,6 +112,15 @@ type RuleSpec struct {
 	Requests *Amount `yaml:"requests"`
 	// MaxWait holds a request up to this long for the budget instead of denying it.
 	MaxWait Duration `yaml:"max_wait"`
+	// MaxConcurrent caps the matching requests in flight at once across every replica (one bucket
+	// per the rule's scope); 0 means no cap. A request holds its slot until its response ends.
+	MaxConcurrent int64 `yaml:"max_concurrent"`
+	// LeaseTTL frees a slot of MaxConcurrent whose release never came (a lost response path).
+	// Keep it at the route's timeout. Default 10m (envoy.yaml's route timeout, 600s).
+	LeaseTTL Duration `yaml:"lease_ttl"`
+	// ProviderFeedback marks the rule's token bucket as a mirror of the provider's own limit: the
+	// provider's rate-limit headers lower it and a provider 429 pauses it.
+	ProviderFeedback bool `yaml:"provider_feedback"`
 	// Shadow decides and counts but always allows (per-rule dry run).
 	Shadow bool `yaml:"shadow"`
 }

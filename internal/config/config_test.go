@@ -52,7 +52,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		`rules[2].requests.burst: applies to token_bucket only`,
 		`rules[2].max_wait: 2h0m0s is above 1m (a held request must finish within Envoy's ext_authz timeout)`,
 		`rules[3].tokens.period: "minute": a quota resets per calendar day or month`,
-		`rules[4].tokens: a rule needs tokens, requests or both`,
+		`rules[4].tokens: a rule needs tokens, requests or max_concurrent`,
 	}
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
@@ -262,5 +262,54 @@ loaded:
 		t.Fatalf("invalid file loaded: %+v", c.Rules)
 	case <-time.After(10 * time.Second):
 		t.Fatal("invalid file not reported")
+	}
+}
+
+func TestMaxConcurrentAndFeedback(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`rules:
+  - name: inflight
+    match: {provider: openai}
+    per: [model]
+    max_concurrent: 8
+  - name: mirror
+    tokens: {limit: 1000, period: minute}
+    provider_feedback: true
+    max_concurrent: 2
+    lease_ttl: 90s
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, mirror := c.Rules[0], c.Rules[1]
+	if in.Concurrent == nil || in.Concurrent.Limit != 8 || in.Concurrent.Period != DefaultLeaseTTL || in.Concurrent.Algorithm != bucket.Concurrency || in.Tokens != nil {
+		t.Errorf("inflight: %+v concurrent %+v", in, in.Concurrent)
+	}
+	if !mirror.Feedback || mirror.Concurrent.Period != 90*time.Second {
+		t.Errorf("mirror: %+v concurrent %+v", mirror, mirror.Concurrent)
+	}
+	_, err = Parse([]byte(`rules:
+  - name: a
+    max_concurrent: -1
+  - name: b
+    requests: {limit: 5, period: minute}
+    lease_ttl: 1m
+    provider_feedback: true
+  - name: c
+    max_concurrent: 1
+    lease_ttl: 100ms
+`), "t")
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("want a config error, got %v", err)
+	}
+	want := []string{
+		"rules[0].max_concurrent: -1 is not in [0, 1000000000000]",
+		"rules[1].lease_ttl: applies with max_concurrent only",
+		"rules[1].provider_feedback: needs tokens: the provider's reports lower the token bucket",
+		"rules[2].lease_ttl: 100ms is not from 1s to 744h",
+	}
+	if diff := cmp.Diff(want, ce.Problems); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
