@@ -560,6 +560,7 @@ func testInvalid(t *testing.T, s store, clk *clock) {
 		"lease missing":    req(concurrency("c", 2, time.Minute)),
 		"lease bad byte":   leased("a b", concurrency("c", 2, time.Minute)),
 		"lease too long":   leased(strings.Repeat("a", 65), concurrency("c", 2, time.Minute)),
+		"lease dash":       leased("-", concurrency("c", 2, time.Minute)),
 		"lease burst":      leased("a", Spec{Name: "c", Algorithm: Concurrency, Limit: 2, Period: time.Minute, Burst: 3, Cost: 1}),
 		"lease short ttl":  leased("a", concurrency("c", 2, time.Millisecond)),
 	} {

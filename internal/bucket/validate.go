@@ -119,10 +119,10 @@ func (r *Request) validate() error {
 	return nil
 }
 
-// validLease reports whether id can name a lease: 1 to 64 of [A-Za-z0-9_-], so that it is one
-// word of the script's arguments.
+// validLease reports whether id can name a lease: 1 to 64 of [A-Za-z0-9_-], not starting with
+// '-', so that it is one word of the script's arguments.
 func validLease(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
+	if len(id) == 0 || len(id) > 64 || id[0] == '-' { // "-" stands for no lease in the script
 		return false
 	}
 	for i := 0; i < len(id); i++ {

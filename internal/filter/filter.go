@@ -58,6 +58,9 @@ type Options struct {
 	// HoldMargin is kept free before the ext_authz deadline when holding a request for max_wait,
 	// so that the answer still reaches Envoy in time. Default 25ms.
 	HoldMargin time.Duration
+	// LeaseID returns a new, unique in-flight lease id (see bucket.Request.Lease). Default: 64
+	// random bits in hex.
+	LeaseID func() string
 }
 
 // Filter answers ext_authz Check requests. It is safe for concurrent use.
@@ -94,6 +97,9 @@ func New(p *Policy, opts Options) (*Filter, error) {
 	}
 	if opts.HoldMargin <= 0 {
 		opts.HoldMargin = 25 * time.Millisecond
+	}
+	if opts.LeaseID == nil {
+		opts.LeaseID = newLeaseID
 	}
 	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics}
 	f.SetPolicy(p)
@@ -228,6 +234,9 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
 	}
 
+	if needsLease(&pl.enforced) {
+		pl.enforced.Lease = f.opts.LeaseID()
+	}
 	held := false
 	if pl.enforced.MaxWait > 0 {
 		pl.enforced.MaxWait = f.holdable(ctx, pl.enforced.MaxWait, p.Config.File.MaxHeld)
@@ -242,6 +251,7 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		return f.storeFailed(ctx, start, p, &est, pl, err)
 	}
 	pl.result = res
+	pl.debited = res.Outcome == bucket.Allowed || res.Outcome == bucket.Delayed
 
 	if pl.shadowAll {
 		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
@@ -312,7 +322,7 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		}
 		local := pl.enforced
 		local.MaxWait = 0
-		local.Buckets = scaleDown(local.Buckets, p.Config.File.Failure.Replicas)
+		local.Buckets = localShare(scaleDown(local.Buckets, p.Config.File.Failure.Replicas))
 		res, lerr := f.opts.Fallback.Take(ctx, &local)
 		if lerr != nil {
 			break
@@ -352,6 +362,9 @@ func (f *Filter) refund(p *Policy, req *bucket.Request) {
 	adj := make([]bucket.Adjustment, len(req.Buckets))
 	for i, s := range req.Buckets {
 		adj[i] = bucket.Adjustment{Spec: s, Delta: s.Cost}
+		if s.Algorithm == bucket.Concurrency {
+			adj[i].Lease = req.Lease
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -36,6 +36,8 @@ type plan struct {
 	shadowOutcome bucket.Outcome
 	local         bool
 	result        bucket.Result
+	// debited is true once the shared store debited the enforced buckets (the reservation).
+	debited bool
 }
 
 // plan finds the rules that apply to r and the buckets they debit.
@@ -69,6 +71,17 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			target.Buckets = append(target.Buckets, rule.Requests.Spec(bucketName(rule, kindRequests, provider, est.Model, r.tenant, r.priority), 1, r.floor))
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindRequests})
+			}
+		}
+		if rule.Concurrent != nil {
+			// A shadow rule only peeks at its in-flight count: a lease would need a release.
+			cost := int64(1)
+			if target == &pl.shadow {
+				cost = 0
+			}
+			target.Buckets = append(target.Buckets, rule.Concurrent.Spec(bucketName(rule, kindConcurrency, provider, est.Model, r.tenant, r.priority), cost, r.floor))
+			if target == &pl.enforced {
+				pl.owners = append(pl.owners, owner{rule, kindConcurrency})
 			}
 		}
 	}
@@ -144,14 +157,20 @@ func (pl *plan) blocking() string {
 }
 
 func kindName(k byte) string {
-	if k == kindRequests {
+	switch k {
+	case kindRequests:
 		return "requests"
+	case kindConcurrency:
+		return "concurrent requests"
 	}
 	return "tokens"
 }
 
 // periodName describes a limit's period for messages: "per minute", "per 90s", "per day (UTC)".
 func periodName(l *config.Limit) string {
+	if l.Algorithm == bucket.Concurrency {
+		return "in flight"
+	}
 	if l.Algorithm == bucket.Quota {
 		if l.Calendar == bucket.Month {
 			return "per month (UTC)"

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -144,11 +145,8 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 	if i := res.Blocking; i >= 0 && i < len(pl.owners) && i < len(res.Buckets) {
 		o, s := pl.owners[i], res.Buckets[i]
 		kind = kindName(o.kind)
-		l := o.rule.Tokens
+		l := o.limit()
 		requested := pl.enforced.Buckets[i].Cost
-		if o.kind == kindRequests {
-			l = o.rule.Requests
-		}
 		reserve := ""
 		if pl.floor > 0 {
 			reserve = fmt.Sprintf(" (of which priority %s may not use the last %d)", pl.priority, int64(pl.floor*float64(s.Limit)))
@@ -167,10 +165,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *authv
 	msg := "Request too large for the configured limits."
 	if i := res.Blocking; i >= 0 && i < len(pl.owners) {
 		o := pl.owners[i]
-		l := o.rule.Tokens
-		if o.kind == kindRequests {
-			l = o.rule.Requests
-		}
+		l := o.limit()
 		msg = fmt.Sprintf("Request too large for %s (%s %s): Limit %d, Requested %d. The request can never fit: reduce the prompt or max_tokens.",
 			o.rule.Name, kindName(o.kind), periodName(l), l.Capacity(), pl.enforced.Buckets[i].Cost)
 	}
@@ -225,6 +220,9 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 		}
 		if b := pl.blocking(); b != "" {
 			f["limit"] = structpb.NewStringValue(b)
+		}
+		if r := pl.reservation(est); r != nil {
+			f[reservation.MetadataKey] = r
 		}
 		if len(pl.shadow.Buckets) > 0 || pl.shadowAll {
 			o := pl.shadowOutcome

@@ -1,0 +1,177 @@
+package filter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"unicode/utf8"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+// benchLimits are the load tool's limits (cmd/loadgen/bench.yaml): 2 buckets per request, per
+// tenant, never exhausted by a benchmark; tenant deny-x may send one request an hour.
+const benchLimits = `
+tenant: {source: header, header: x-tenant-id, default: anonymous}
+pricing: {default_output_tokens: 256}
+rules:
+  - name: tenants
+    match: {tenant: "t-*"}
+    per: [tenant]
+    tokens: {limit: 1000000000, period: minute}
+    requests: {limit: 1000000000, period: minute}
+  - name: deny
+    match: {tenant: "deny-*"}
+    per: [tenant]
+    tokens: {limit: 1000000000, period: minute}
+    requests: {limit: 1, period: hour}
+`
+
+// benchRequest is a CheckRequest as Envoy sends it, with an OpenAI chat body of about size bytes
+// of English prose (tokens/testdata/english.txt).
+func benchRequest(tb testing.TB, size int, tenant string) *authv3.CheckRequest {
+	tb.Helper()
+	prose, err := os.ReadFile("../tokens/testdata/english.txt")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for len(prose) < size {
+		prose = append(prose, prose...)
+	}
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	build := func(n int) []byte {
+		text := prose[:n]
+		for !utf8.Valid(text) {
+			text = text[:len(text)-1]
+		}
+		b, _ := json.Marshal(struct {
+			Model     string `json:"model"`
+			Messages  []msg  `json:"messages"`
+			MaxTokens int    `json:"max_tokens"`
+		}{"gpt-4o", []msg{{"system", "You are a helpful assistant."}, {"user", string(text)}}, 256})
+		return b
+	}
+	body := build(max(size-len(build(0)), 1))
+	hdr := map[string]string{
+		":path": "/v1/chat/completions", ":method": "POST", ":authority": "api.openai.com", ":scheme": "http",
+		"content-type": "application/json", "content-length": strconv.Itoa(len(body)),
+		"accept": "application/json", "user-agent": "OpenAI/Python 1.99.0", "authorization": "Bearer sk-bench",
+		"x-request-id": "5f0c4a8e-2b1d-4c3e-9f6a-7d8e9f0a1b2c", "x-forwarded-proto": "http", "x-tenant-id": tenant,
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{
+			Method: "POST", Path: "/v1/chat/completions", Host: "api.openai.com", Headers: hdr,
+			Size: int64(len(body)), RawBody: body, Protocol: "HTTP/1.1",
+		}}}}
+}
+
+var benchSizes = []int{1 << 10, 8 << 10, 64 << 10}
+
+func sizeName(n int) string { return fmt.Sprintf("%dKB", n>>10) }
+
+// BenchmarkHotPath measures the pieces of one decision, each on its own, on the in-memory store:
+// decode (the CheckRequest from the wire), price (the Estimator), decide (Check: parse, price,
+// plan, take, answer) and encode (the answer to the wire). The Redis round trip is measured by
+// bucket.BenchmarkRedis and the whole path under load by cmd/loadgen.
+func BenchmarkHotPath(b *testing.B) {
+	e := newEnv(b, benchLimits, Options{})
+	ctx := context.Background()
+	for _, size := range benchSizes {
+		req := benchRequest(b, size, "t-042")
+		wire, err := proto.Marshal(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("decode/"+sizeName(size), func(b *testing.B) {
+			b.SetBytes(int64(len(wire)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var r authv3.CheckRequest
+				if err := proto.Unmarshal(wire, &r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("price/"+sizeName(size), func(b *testing.B) {
+			in := &tokens.Input{Path: "/v1/chat/completions", Body: req.GetAttributes().GetRequest().GetHttp().GetRawBody(),
+				ContentType: "application/json", ContentLength: -1}
+			est := e.f.Policy().Estimator
+			b.SetBytes(int64(len(in.Body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if est.Estimate(in).PromptTokens <= 0 {
+					b.Fatal("no prompt tokens")
+				}
+			}
+		})
+		b.Run("decide/"+sizeName(size), func(b *testing.B) {
+			b.SetBytes(int64(len(wire)))
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := e.f.Check(ctx, req)
+				if err != nil || resp.GetOkResponse() == nil {
+					b.Fatalf("Check: %v %v", resp, err)
+				}
+			}
+		})
+	}
+	for _, tenant := range []string{"t-042", "deny-1"} {
+		name := "encode/allowed"
+		if tenant != "t-042" {
+			name = "encode/denied"
+		}
+		resp, err := e.f.Check(ctx, benchRequest(b, 1<<10, tenant))
+		if err == nil && tenant != "t-042" {
+			resp, err = e.f.Check(ctx, benchRequest(b, 1<<10, tenant)) // the second one is denied
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := proto.Marshal(resp); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestHotPathBenchmarkSmoke runs each hot-path benchmark once, so that `go test` keeps them
+// working; it checks results, not speed.
+func TestHotPathBenchmarkSmoke(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, benchLimits, Options{})
+	ctx := context.Background()
+	for _, size := range benchSizes {
+		resp, err := e.f.Check(ctx, benchRequest(t, size, "t-042"))
+		if err != nil || decision(resp) != decisionAllowed {
+			t.Fatalf("%s: %v %v, want allowed", sizeName(size), decision(resp), err)
+		}
+	}
+	e.f.Check(ctx, benchRequest(t, 1<<10, "deny-1")) //nolint:errcheck // spends the budget
+	resp, err := e.f.Check(ctx, benchRequest(t, 1<<10, "deny-1"))
+	if err != nil || decision(resp) != decisionDenied {
+		t.Fatalf("deny tenant: %v %v, want denied", decision(resp), err)
+	}
+	res := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+			if _, err := proto.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if res.N == 0 {
+		t.Fatal("encode benchmark did not run")
+	}
+}

@@ -1,0 +1,77 @@
+package filter
+
+import (
+	"math/rand/v2"
+	"strconv"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
+)
+
+// kindConcurrency is a rule's in-flight cap (max_concurrent): a lease held until the response ends.
+const kindConcurrency = 'c'
+
+// limit is the configured limit of the bucket o owns.
+func (o owner) limit() *config.Limit {
+	switch o.kind {
+	case kindRequests:
+		return o.rule.Requests
+	case kindConcurrency:
+		return o.rule.Concurrent
+	}
+	return o.rule.Tokens
+}
+
+// newLeaseID is the default Options.LeaseID: 64 random bits in hex.
+func newLeaseID() string {
+	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
+}
+
+// needsLease reports whether req takes a lease (a Concurrency bucket that costs 1).
+func needsLease(req *bucket.Request) bool {
+	for i := range req.Buckets {
+		if req.Buckets[i].Algorithm == bucket.Concurrency && req.Buckets[i].Cost > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// reservation encodes what the request holds in the shared store, for the response path
+// (internal/reconcile): nil unless the enforced buckets were debited there.
+func (pl *plan) reservation(est *tokens.Estimate) *structpb.Value {
+	if !pl.debited || len(pl.enforced.Buckets) == 0 {
+		return nil
+	}
+	r := reservation.Reservation{Tag: pl.enforced.Tag, Lease: pl.enforced.Lease, Model: est.Model,
+		Prompt: est.PromptTokens, Output: est.OutputTokens, Buckets: make([]reservation.Bucket, len(pl.enforced.Buckets))}
+	for i, s := range pl.enforced.Buckets {
+		b := &r.Buckets[i]
+		b.Spec = s
+		b.Spec.Floor = 0
+		if i < len(pl.owners) {
+			b.Kind = pl.owners[i].kind
+			b.Feedback = b.Kind == kindTokens && pl.owners[i].rule.Feedback
+		}
+	}
+	return structpb.NewStringValue(reservation.Encode(&r))
+}
+
+// localShare is the buckets of a decision taken from the local fallback store: leases are only
+// peeked (cost 0), since the response path releases them in the shared store, never here.
+func localShare(specs []bucket.Spec) []bucket.Spec {
+	out := specs
+	for i := range specs {
+		if specs[i].Algorithm == bucket.Concurrency && specs[i].Cost > 0 {
+			if &out[0] == &specs[0] {
+				out = append([]bucket.Spec(nil), specs...)
+			}
+			out[i].Cost = 0
+		}
+	}
+	return out
+}

@@ -1,0 +1,231 @@
+package reservation
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+)
+
+// MetadataKey is the field of the ext_authz dynamic metadata that holds the encoded reservation.
+const MetadataKey = "reservation"
+
+// Bucket kinds: what a reserved bucket counts.
+const (
+	KindTokens      = 't'
+	KindRequests    = 'r'
+	KindConcurrency = 'c'
+)
+
+// Bucket is one bucket a request was charged: its kind, whether the provider's reports may lower
+// it, and its Spec, whose Cost is what the request paid.
+type Bucket struct {
+	Kind     byte
+	Feedback bool
+	Spec     bucket.Spec
+}
+
+// Reservation is what one admitted request holds.
+type Reservation struct {
+	// Tag is the buckets' bucket.Request.Tag (the provider).
+	Tag string
+	// Lease is the in-flight lease of the Concurrency buckets ("" when none).
+	Lease string
+	// Model is the model the request named, for metrics.
+	Model string
+	// Prompt and Output are the estimate: prompt tokens and reserved output tokens.
+	Prompt, Output int64
+	Buckets        []Bucket
+}
+
+// version starts every encoding, so that a replica of another version can refuse it.
+const version = "r1"
+
+// Encode renders r as one line of space-separated words:
+//
+//	r1 TAG LEASE PROMPT OUTPUT MODEL {KIND ALG[f] LIMIT PERIOD_MS BURST COST NAME}...
+//
+// where ALG is t, s, d, m or c (token bucket, sliding window, daily or monthly quota,
+// concurrency), f marks feedback, '-' stands for an empty lease, and TAG, MODEL and NAME have
+// every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
+// releases ignore them.
+func Encode(r *Reservation) string {
+	var b strings.Builder
+	b.Grow(64 + 48*len(r.Buckets))
+	b.WriteString(version)
+	b.WriteByte(' ')
+	escape(&b, r.Tag)
+	b.WriteByte(' ')
+	if r.Lease == "" {
+		b.WriteByte('-')
+	} else {
+		b.WriteString(r.Lease)
+	}
+	var num [20]byte
+	for _, v := range []int64{r.Prompt, r.Output} {
+		b.WriteByte(' ')
+		b.Write(strconv.AppendInt(num[:0], v, 10))
+	}
+	b.WriteByte(' ')
+	escape(&b, r.Model)
+	for i := range r.Buckets {
+		x := &r.Buckets[i]
+		s := &x.Spec
+		b.WriteByte(' ')
+		b.WriteByte(x.Kind)
+		b.WriteByte(' ')
+		b.WriteByte(algCode(s))
+		if x.Feedback {
+			b.WriteByte('f')
+		}
+		for _, v := range []int64{s.Limit, s.Period.Milliseconds(), s.Burst, s.Cost} {
+			b.WriteByte(' ')
+			b.Write(strconv.AppendInt(num[:0], v, 10))
+		}
+		b.WriteByte(' ')
+		escape(&b, s.Name)
+	}
+	return b.String()
+}
+
+// ErrMalformed wraps every decoding error.
+var ErrMalformed = errors.New("reservation: malformed")
+
+// Decode parses what Encode wrote.
+func Decode(s string) (*Reservation, error) {
+	w := strings.Fields(s)
+	if len(w) < 6 || w[0] != version {
+		return nil, fmt.Errorf("%w: want %s and 5 fields", ErrMalformed, version)
+	}
+	if (len(w)-6)%7 != 0 {
+		return nil, fmt.Errorf("%w: %d words", ErrMalformed, len(w))
+	}
+	r := &Reservation{}
+	var err error
+	if r.Tag, err = unescape(w[1]); err != nil {
+		return nil, err
+	}
+	if w[2] != "-" {
+		r.Lease = w[2]
+	}
+	if r.Prompt, err = strconv.ParseInt(w[3], 10, 64); err != nil {
+		return nil, fmt.Errorf("%w: prompt: %v", ErrMalformed, err)
+	}
+	if r.Output, err = strconv.ParseInt(w[4], 10, 64); err != nil {
+		return nil, fmt.Errorf("%w: output: %v", ErrMalformed, err)
+	}
+	if r.Model, err = unescape(w[5]); err != nil {
+		return nil, err
+	}
+	n := (len(w) - 6) / 7
+	if n > bucket.MaxBuckets {
+		return nil, fmt.Errorf("%w: %d buckets", ErrMalformed, n)
+	}
+	r.Buckets = make([]Bucket, n)
+	for i := range n {
+		f := w[6+7*i : 13+7*i]
+		x := &r.Buckets[i]
+		if len(f[0]) != 1 || (f[0][0] != KindTokens && f[0][0] != KindRequests && f[0][0] != KindConcurrency) {
+			return nil, fmt.Errorf("%w: bucket %d: kind %q", ErrMalformed, i, f[0])
+		}
+		x.Kind = f[0][0]
+		alg := f[1]
+		if strings.HasSuffix(alg, "f") {
+			x.Feedback, alg = true, alg[:len(alg)-1]
+		}
+		if err := setAlg(&x.Spec, alg); err != nil {
+			return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, err)
+		}
+		var v [4]int64
+		for j := range v {
+			if v[j], err = strconv.ParseInt(f[2+j], 10, 64); err != nil {
+				return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, err)
+			}
+		}
+		x.Spec.Limit, x.Spec.Period, x.Spec.Burst, x.Spec.Cost = v[0], time.Duration(v[1])*time.Millisecond, v[2], v[3]
+		if x.Spec.Name, err = unescape(f[6]); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func algCode(s *bucket.Spec) byte {
+	switch s.Algorithm {
+	case bucket.SlidingWindow:
+		return 's'
+	case bucket.Quota:
+		if s.Calendar == bucket.Month {
+			return 'm'
+		}
+		return 'd'
+	case bucket.Concurrency:
+		return 'c'
+	}
+	return 't'
+}
+
+func setAlg(s *bucket.Spec, code string) error {
+	switch code {
+	case "t":
+		s.Algorithm = bucket.TokenBucket
+	case "s":
+		s.Algorithm = bucket.SlidingWindow
+	case "d":
+		s.Algorithm, s.Calendar = bucket.Quota, bucket.Day
+	case "m":
+		s.Algorithm, s.Calendar = bucket.Quota, bucket.Month
+	case "c":
+		s.Algorithm = bucket.Concurrency
+	default:
+		return fmt.Errorf("algorithm %q", code)
+	}
+	return nil
+}
+
+func escape(b *strings.Builder, s string) {
+	if s == "" {
+		b.WriteString("%")
+		return
+	}
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c > '~' || c == '%' {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+}
+
+func unescape(s string) (string, error) {
+	if s == "%" {
+		return "", nil
+	}
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			out = append(out, s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", fmt.Errorf("%w: truncated escape in %q", ErrMalformed, s)
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("%w: bad escape in %q", ErrMalformed, s)
+		}
+		out = append(out, byte(v))
+		i += 2
+	}
+	return string(out), nil
+}

@@ -1,0 +1,63 @@
+package reservation
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+)
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	r := &Reservation{Tag: "openai", Lease: "0123abcd", Model: "gpt 4o%\x00é", Prompt: 12, Output: 256,
+		Buckets: []Bucket{
+			{Kind: KindTokens, Feedback: true, Spec: bucket.Spec{Name: "openai-per-model:t|m6:gpt-4o", Limit: 40000, Period: time.Minute, Burst: 50000, Cost: 268}},
+			{Kind: KindRequests, Spec: bucket.Spec{Name: "r", Algorithm: bucket.SlidingWindow, Limit: 5, Period: 1500 * time.Millisecond, Cost: 1}},
+			{Kind: KindTokens, Spec: bucket.Spec{Name: "q", Algorithm: bucket.Quota, Calendar: bucket.Month, Limit: 5e7, Cost: 268}},
+			{Kind: KindTokens, Spec: bucket.Spec{Name: "d", Algorithm: bucket.Quota, Calendar: bucket.Day, Limit: 5e7, Cost: 268}},
+			{Kind: KindConcurrency, Spec: bucket.Spec{Name: "", Algorithm: bucket.Concurrency, Limit: 8, Period: 10 * time.Minute, Cost: 1}},
+		}}
+	s := Encode(r)
+	got, err := Decode(s)
+	if err != nil {
+		t.Fatalf("Decode(%q): %v", s, err)
+	}
+	if diff := cmp.Diff(r, got); diff != "" {
+		t.Errorf("round trip of %q (-want +got):\n%s", s, diff)
+	}
+	none := &Reservation{Tag: "", Buckets: []Bucket{}}
+	if got, err := Decode(Encode(none)); err != nil || cmp.Diff(none, got) != "" {
+		t.Errorf("empty reservation: %+v, %v", got, err)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "r2 openai - 1 2 m", "r1 openai - x 2 m", "r1 openai - 1 2 m t", "r1 openai - 1 2 m x t 1 1 0 1 n",
+		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4"} {
+		if _, err := Decode(s); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Decode(%q): %v, want ErrMalformed", s, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add("r1 openai abc 1 2 gpt-4o t tf 100 60000 0 5 name c c 3 600000 0 1 x")
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := Decode(s)
+		if err != nil {
+			return
+		}
+		// Whatever decodes encodes to something that decodes to the same.
+		again, err := Decode(Encode(r))
+		if err != nil {
+			t.Fatalf("re-decoding %q: %v", Encode(r), err)
+		}
+		if diff := cmp.Diff(r, again); diff != "" {
+			t.Fatalf("%q: (-first +again)\n%s", s, diff)
+		}
+	})
+}
