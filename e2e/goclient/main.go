@@ -64,7 +64,8 @@ type Summary struct {
 	ErrorSamples []string       `json:"error_samples"`
 	CallsBy      map[string]int `json:"calls_by_prompt"`
 	OKBy         map[string]int `json:"ok_by_prompt"`
-	Streamed     int64          `json:"streamed"`
+	// Streamed counts the successful streamed calls.
+	Streamed int64 `json:"streamed"`
 	// StreamUsage counts streamed calls whose final event carried the usage.
 	StreamUsage int64 `json:"stream_usage"`
 }
@@ -162,7 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				mu.Lock()
 				s.Calls++
 				s.CallsBy[key]++
-				if stream {
+				if stream && err == nil {
 					s.Streamed++
 					if usage {
 						s.StreamUsage++

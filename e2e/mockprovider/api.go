@@ -88,8 +88,8 @@ func (s *Server) errorAnswer(w http.ResponseWriter, anthropic bool, status int, 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	if isAnthropic(r) {
 		writeJSON(w, http.StatusOK, map[string]any{
-			"data":     []any{map[string]any{"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5", "created_at": "2025-09-29T00:00:00Z"}},
-			"has_more": false, "first_id": "claude-sonnet-4-5", "last_id": "claude-sonnet-4-5",
+			"data":     []any{map[string]any{"type": "model", "id": "claude-sonnet-4-6", "display_name": "Claude Sonnet 4.6", "created_at": "2025-09-29T00:00:00Z"}},
+			"has_more": false, "first_id": "claude-sonnet-4-6", "last_id": "claude-sonnet-4-6",
 		})
 		return
 	}
@@ -125,6 +125,7 @@ func apiKey(r *http.Request) string {
 }
 
 func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
+	arrived := s.Now()
 	provider, api := APIOf(r.URL.Path)
 	anthropic := provider == "anthropic"
 	rec := &Record{Provider: provider, API: api, Key: apiKey(r), RequestID: r.Header.Get("x-request-id"),
@@ -137,7 +138,7 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		p, err = s.Pricer.Price(r.URL.Path, body)
 	}
-	now := s.Now()
+	now := arrived
 	rec.T = unix(now)
 	if err != nil {
 		rec.Status, rec.End = http.StatusBadRequest, rec.T
@@ -147,7 +148,7 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, p.Cost(), p.Stream
 
-	v := s.Enforcer.Admit(provider, p.Model, p.Cost())
+	v := s.Enforcer.AdmitAt(provider, p.Model, p.Cost(), now)
 	s.rateLimitHeaders(w.Header(), anthropic, &v, now)
 	if !v.Admitted {
 		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()

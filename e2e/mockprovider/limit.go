@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 	"time"
 )
@@ -134,7 +135,12 @@ func (w *window) wait(now time.Time, cost int64) (time.Duration, bool) {
 
 func (w *window) debit(now time.Time, cost int64) {
 	w.prune(now)
-	w.entries = append(w.entries, admission{now, cost})
+	// Admissions are timed at arrival, so they may be debited slightly out of order: keep the
+	// entries sorted.
+	i := sort.Search(len(w.entries), func(i int) bool { return w.entries[i].t.After(now) })
+	w.entries = append(w.entries, admission{})
+	copy(w.entries[i+1:], w.entries[i:])
+	w.entries[i] = admission{now, cost}
 	w.sum += cost
 }
 
@@ -191,9 +197,15 @@ func (e *Enforcer) newMeter(limit int64, now time.Time) meter {
 // Admit checks a request of cost tokens against its (provider, model) budget and debits it when
 // every dimension can pay now.
 func (e *Enforcer) Admit(provider, model string, cost int64) Verdict {
+	return e.AdmitAt(provider, model, cost, e.now())
+}
+
+// AdmitAt is Admit for a request that arrived at now: a provider's limiter counts a request when
+// it arrives, not when the mock has finished reading and pricing its body (which takes seconds
+// for megabytes of text on a busy machine).
+func (e *Enforcer) AdmitAt(provider, model string, cost int64, now time.Time) Verdict {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.now()
 	key := provider + "\x00" + model
 	m, ok := e.meters[key]
 	if !ok {

@@ -105,3 +105,23 @@ func TestRequestsLimit(t *testing.T) {
 		t.Fatalf("third request: %+v", v)
 	}
 }
+
+func TestRollingWindowOutOfOrderAdmissions(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	e := NewEnforcer(RollingWindow, time.Minute, limits(1000, 0), c.now)
+	t0 := c.t
+	if v := e.AdmitAt("openai", "m", 400, t0.Add(2*time.Second)); !v.Admitted {
+		t.Fatal(v)
+	}
+	if v := e.AdmitAt("openai", "m", 400, t0); !v.Admitted {
+		t.Fatal(v)
+	}
+	// At t0+60s the earlier (t0) admission has left; the later one has not.
+	if v := e.AdmitAt("openai", "m", 600, t0.Add(time.Minute)); !v.Admitted {
+		t.Fatalf("the admission of t0 must have left the window: %+v", v)
+	}
+	if v := e.AdmitAt("openai", "m", 1, t0.Add(61*time.Second)); v.Admitted || v.Wait != time.Second {
+		t.Fatalf("want a wait of 1s for the t0+2s admission to leave, got %+v", v)
+	}
+}

@@ -11,7 +11,8 @@ import (
 // Record is one request the mock answered, written as one JSON line. Times are Unix seconds of
 // the mock's clock.
 type Record struct {
-	// T is when the request was admitted (or refused); End when its answer was complete.
+	// T is when the request arrived (and was admitted or refused at that time); End when its
+	// answer was complete.
 	T   float64 `json:"t"`
 	End float64 `json:"end"`
 	// Status is the HTTP status answered: 200, 429 (over the limit), 400 (unreadable).
