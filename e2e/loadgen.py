@@ -1,0 +1,122 @@
+"""One OS process of Python workers calling through Envoy with the official openai SDK: a thread
+pool sharing one client, like Celery or Gunicorn workers. Each call relies on the SDK's own
+retries (max_retries=2 by default, honouring retry-after-ms); a call ends in success, a clean
+openai.RateLimitError, a 413 (APIStatusError) or anything else, which is counted as an error
+with samples. Writes a JSON summary shaped like e2e/goclient's.
+
+    python e2e/loadgen.py --proxy http://127.0.0.1:PORT --key sk-py0 --threads 4 --duration 75
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import openai
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--proxy", required=True, help="Envoy's listener, used as an HTTP proxy")
+    ap.add_argument("--key", default="sk-e2e-python")
+    ap.add_argument("--name", default="python")
+    ap.add_argument("--model", default="gpt-4o-mini")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--duration", type=float, default=60.0, help="start no call after this many seconds")
+    ap.add_argument("--start-at", type=float, default=0.0, help="Unix time to start at")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--stream-every", type=int, default=3, help="every n-th call of a thread streams (0: never)")
+    ap.add_argument("--tenant", default="")
+    ap.add_argument("--priority", default="")
+    ap.add_argument("--pace", type=float, default=0.0, help="seconds between the starts of a thread's calls")
+    ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--max-retries", type=int, default=2)
+    ap.add_argument("--prompts", default=str(Path(__file__).with_name("prompts.json")))
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+
+    prompts = json.loads(Path(a.prompts).read_text())["prompts"]
+    headers = {}
+    if a.tenant:
+        headers["x-tenant-id"] = a.tenant
+    if a.priority:
+        headers["x-llm-priority"] = a.priority
+    # Applications reach the provider's host through Envoy as their HTTP proxy.
+    client = openai.OpenAI(
+        api_key=a.key,
+        base_url="http://api.openai.com/v1",
+        max_retries=a.max_retries,
+        timeout=60.0,
+        default_headers=headers,
+        http_client=openai.DefaultHttpx2Client(proxy=a.proxy, trust_env=False),
+    )
+
+    lock = threading.Lock()
+    s = {"client": a.name, "provider": "openai", "model": a.model, "key": a.key, "max_tokens": a.max_tokens,
+         "workers": a.threads, "calls": 0, "ok": 0, "rate_limited": 0, "too_large": 0, "errors": 0,
+         "error_samples": [], "calls_by_prompt": {}, "ok_by_prompt": {}, "streamed": 0, "stream_usage": 0}
+    # streamed: successful streamed calls; stream_usage: those whose last chunk carried the usage.
+
+    if a.start_at > 0:
+        time.sleep(max(0.0, a.start_at - time.time()))
+    start = time.time()
+    s["started"] = start
+    deadline = start + a.duration
+
+    def worker(w: int) -> None:
+        i = 0
+        while time.time() < deadline:
+            t_call = time.time()
+            idx = (a.offset + w * 5 + i) % len(prompts)
+            p = prompts[idx]
+            stream = a.stream_every > 0 and i % a.stream_every == a.stream_every - 1
+            msgs = ([{"role": "system", "content": p["system"]}] if p.get("system") else []) + \
+                   [{"role": "user", "content": p["user"]}]
+            outcome, usage, err = "ok", False, None
+            try:
+                if stream:
+                    st = client.chat.completions.create(model=a.model, messages=msgs, max_tokens=a.max_tokens,
+                                                        stream=True, stream_options={"include_usage": True})
+                    for chunk in st:
+                        if chunk.usage is not None and chunk.usage.prompt_tokens > 0:
+                            usage = True
+                else:
+                    client.chat.completions.create(model=a.model, messages=msgs, max_tokens=a.max_tokens)
+            except openai.RateLimitError:
+                outcome = "rate_limited"
+            except openai.APIStatusError as e:
+                outcome = "too_large" if e.status_code == 413 else "errors"
+                err = f"{type(e).__name__} {e.status_code}: {e.message}"
+            except Exception as e:  # noqa: BLE001 - every other ending is counted and shown
+                outcome, err = "errors", f"{type(e).__name__}: {e}"
+            with lock:
+                s["calls"] += 1
+                s["calls_by_prompt"][str(idx)] = s["calls_by_prompt"].get(str(idx), 0) + 1
+                s[outcome] += 1
+                if outcome == "ok":
+                    s["ok_by_prompt"][str(idx)] = s["ok_by_prompt"].get(str(idx), 0) + 1
+                if stream and outcome == "ok":
+                    s["streamed"] += 1
+                    s["stream_usage"] += int(usage)
+                if err and len(s["error_samples"]) < 10:
+                    s["error_samples"].append(err)
+            i += 1
+            if a.pace > 0:
+                time.sleep(max(0.0, t_call + a.pace - time.time()))
+
+    threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(a.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    s["ended"] = time.time()
+    Path(a.out).write_text(json.dumps(s, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
