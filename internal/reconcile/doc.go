@@ -1,0 +1,22 @@
+// Package reconcile closes the loop on Envoy's response path: it serves
+// envoy.service.ext_proc.v3.ExternalProcessor, reads the reservation that internal/filter made
+// at Check (forwarded by Envoy from the ext_authz dynamic metadata), and when the response ends
+//
+//   - refunds the reserved-but-unused tokens, or charges the overage, from the usage the provider
+//     reports (a JSON body's "usage", or the usage of a server-sent event stream: OpenAI's final
+//     chunk, which needs stream_options.include_usage; the Responses API's response.completed;
+//     Anthropic's message_start and message_delta);
+//   - refunds everything when the provider answered an error (4xx, 5xx) before generating;
+//   - releases the request's in-flight lease (max_concurrent), also when the stream breaks;
+//   - lowers the rules marked provider_feedback to what the provider's rate-limit headers say is
+//     left (x-ratelimit-*-tokens, anthropic-ratelimit-*), never raising them, and pauses them for
+//     every replica after a provider 429 with retry-after.
+//
+// It never holds a response: in Envoy's observability mode it answers nothing, and in the other
+// modes it answers every message at once and does its store calls after. A response whose usage
+// never arrives keeps its reservation (the worst case, already debited): nothing leaks, since a
+// token bucket refills on its own; only the lease needs an end, and its time to live is it.
+//
+// It owns the response parsing and the feedback rules. It declares the Store it needs, imports
+// internal/reservation and internal/bucket, and must never import internal/filter.
+package reconcile

@@ -1,0 +1,82 @@
+package reconcile
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// report is what the provider's response headers say about its own budget.
+type report struct {
+	status int
+	// remaining and limit of the provider's token budget; ok when remaining was present.
+	remaining, limit int64
+	ok               bool
+	// retryAfter is a 429's retry-after (or retry-after-ms).
+	retryAfter time.Duration
+	sse        bool
+}
+
+// readHeaders reads the status, content type and rate-limit headers of a response.
+func readHeaders(get func(string) (string, bool)) report {
+	var r report
+	if v, ok := get(":status"); ok {
+		r.status, _ = strconv.Atoi(v)
+	}
+	if v, ok := get("content-type"); ok {
+		r.sse = strings.HasPrefix(strings.ToLower(strings.TrimSpace(v)), "text/event-stream")
+	}
+	num := func(name string) (int64, bool) {
+		v, ok := get(name)
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		return n, err == nil && n >= 0
+	}
+	// OpenAI, then Anthropic's combined tokens, then its input tokens (the budget a prompt
+	// takes first).
+	for _, k := range [][2]string{
+		{"x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens"},
+		{"anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit"},
+		{"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-limit"},
+	} {
+		if rem, ok := num(k[0]); ok {
+			r.remaining, r.ok = rem, true
+			r.limit, _ = num(k[1])
+			break
+		}
+	}
+	if r.status == 429 {
+		if ms, ok := num("retry-after-ms"); ok && ms > 0 {
+			r.retryAfter = time.Duration(ms) * time.Millisecond
+		} else if v, ok := get("retry-after"); ok {
+			if s, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && s > 0 && s < 86400 {
+				r.retryAfter = time.Duration(s * float64(time.Second))
+			}
+		}
+	}
+	return r
+}
+
+// lowerTarget is the level a bucket of limit ourLimit should hold when the provider reports
+// remaining of its own limit: the provider's used share taken from our limit, so that a limits
+// file set below the provider's limit keeps its margin. ok is false when the report says nothing.
+func lowerTarget(rep report, ourLimit int64) (int64, bool) {
+	if !rep.ok {
+		return 0, false
+	}
+	target := rep.remaining
+	if rep.limit > ourLimit {
+		target -= rep.limit - ourLimit
+	}
+	return target, true
+}
+
+// pauseTarget is the level from which a bucket refilling at limit per period can pay cost again
+// exactly after wait: cost - wait x rate.
+func pauseTarget(cost, limit int64, period, wait time.Duration) int64 {
+	refill := math.Ceil(wait.Seconds() * float64(limit) / period.Seconds())
+	return cost - int64(min(refill, 1e12))
+}

@@ -1,0 +1,141 @@
+package reconcile
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reason is a stable code for a failure class: a log field and a metric label.
+type Reason string
+
+const (
+	reasonAdjustFailed Reason = "reconcile_adjust_failed" // a refund, charge or release failed
+	reasonLowerFailed  Reason = "feedback_failed"         // provider feedback could not be applied
+)
+
+// Results of a settled response (metric label values).
+type result string
+
+const (
+	resultUsage         result = "usage"          // refunded or charged from the reported usage
+	resultNoUsage       result = "no_usage"       // no usage found: the reservation stays
+	resultUpstreamError result = "upstream_error" // the provider failed: everything refunded
+	resultNoReservation result = "no_reservation" // nothing was reserved (unlimited, denied)
+)
+
+// Provider corrections (metric label values).
+const (
+	correctionLower = "lower" // the provider reported less than the bucket held
+	correctionPause = "pause" // a provider 429 paused the bucket
+)
+
+// maxModels bounds the model label: later models count as "other".
+const maxModels = 100
+
+// Metrics are the reconciliation metrics. A nil *Metrics records nothing. Safe for concurrent use.
+type Metrics struct {
+	settledTotal *prometheus.CounterVec
+	ratio        *prometheus.HistogramVec
+	tokens       *prometheus.CounterVec
+	held         prometheus.Gauge
+	releases     *prometheus.CounterVec
+	corrections  *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+
+	mu     sync.Mutex
+	models map[string]struct{}
+}
+
+// NewMetrics registers the metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		settledTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconciled_responses_total",
+			Help: "Responses settled on the response path, by result (usage, no_usage, upstream_error, no_reservation)."}, []string{"result", "provider"}),
+		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_usage_ratio",
+			Help:    "Actual tokens reported by the provider over the tokens reserved at admission, per response.",
+			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2}}, []string{"provider", "model"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconciled_tokens_total",
+			Help: "Tokens given back (refund) or charged beyond the reservation (overage)."}, []string{"provider", "direction"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_ratelimit_leases_held",
+			Help: "In-flight leases whose response this replica is following now."}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_leases_released_total",
+			Help: "In-flight leases released (ok) or left to expire after lease_ttl (failed)."}, []string{"result"}),
+		corrections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_provider_corrections_total",
+			Help: "Buckets lowered by the provider's rate-limit headers (lower) or paused by its 429 (pause)."}, []string{"provider", "kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconcile_errors_total",
+			Help: "Response-path failures by reason."}, []string{"reason"}),
+		models: map[string]struct{}{},
+	}
+	reg.MustRegister(m.settledTotal, m.ratio, m.tokens, m.held, m.releases, m.corrections, m.errors)
+	return m
+}
+
+func (m *Metrics) model(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.models[s]; ok {
+		return s
+	}
+	if len(m.models) >= maxModels {
+		return "other"
+	}
+	m.models[s] = struct{}{}
+	return s
+}
+
+func (m *Metrics) settled(r result, provider, _ string) {
+	if m != nil {
+		m.settledTotal.WithLabelValues(string(r), provider).Inc()
+	}
+}
+
+func (m *Metrics) usage(provider, model string, estimate, actual int64) {
+	if m != nil && estimate > 0 {
+		m.ratio.WithLabelValues(provider, m.model(model)).Observe(float64(actual) / float64(estimate))
+	}
+}
+
+func (m *Metrics) reconciled(provider string, refund, overage int64) {
+	if m == nil {
+		return
+	}
+	if refund > 0 {
+		m.tokens.WithLabelValues(provider, "refund").Add(float64(refund))
+	}
+	if overage > 0 {
+		m.tokens.WithLabelValues(provider, "overage").Add(float64(overage))
+	}
+}
+
+func (m *Metrics) leaseHeld(d float64) {
+	if m != nil {
+		m.held.Add(d)
+	}
+}
+
+func (m *Metrics) released(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.releases.WithLabelValues("failed").Inc()
+		return
+	}
+	m.releases.WithLabelValues("ok").Inc()
+}
+
+func (m *Metrics) corrected(provider, kind string) {
+	if m != nil {
+		m.corrections.WithLabelValues(provider, kind).Inc()
+	}
+}
+
+func (m *Metrics) error(r Reason) {
+	if m != nil {
+		m.errors.WithLabelValues(string(r)).Inc()
+	}
+}

@@ -1,0 +1,297 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
+)
+
+// Store is what reconciliation needs of the shared store. bucket.Redis and bucket.Memory
+// implement it.
+type Store interface {
+	Adjust(ctx context.Context, tag string, adj []bucket.Adjustment) error
+	Lower(ctx context.Context, tag string, lv []bucket.Level) error
+}
+
+// MetadataNamespace is the dynamic metadata namespace Envoy forwards: ext_authz's.
+const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+// Options configures a Server.
+type Options struct {
+	// Store is the shared store the reservations were taken in. Required.
+	Store Store
+	// Logger receives failures at warn and one line per settled response at debug. Default: none.
+	Logger *zap.Logger
+	// Metrics receives the reconciliation metrics. Default: not recorded.
+	Metrics *Metrics
+	// Timeout bounds each store call. Default 1s.
+	Timeout time.Duration
+	// MaxBody bounds what is kept of a JSON body, or of one SSE line, to find its usage.
+	// Default 4 MiB; a larger response keeps its reservation.
+	MaxBody int
+}
+
+// Server serves envoy.service.ext_proc.v3.ExternalProcessor. It is safe for concurrent use.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	opts Options
+	log  *zap.Logger
+	m    *Metrics
+}
+
+var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
+
+// New returns a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Store == nil {
+		return nil, errors.New("reconcile: a Store is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = 4 << 20
+	}
+	return &Server{opts: opts, log: opts.Logger, m: opts.Metrics}, nil
+}
+
+// stream is the state of one HTTP request's response path.
+type stream struct {
+	res     *reservation.Reservation
+	rep     report
+	body    parser
+	settled bool
+}
+
+// Process handles one HTTP stream's messages. It answers each message at once (unless Envoy runs
+// in observability mode, where nothing is answered) and settles the reservation when the response
+// ends, or when the stream breaks.
+func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	st := &stream{}
+	st.body.limit = s.opts.MaxBody
+	defer func() {
+		if !st.settled {
+			// The stream ended before the response did (reset, timeout, Envoy gone): no usage.
+			s.settle(st, Usage{}, false)
+		}
+	}()
+	for {
+		req, err := srv.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		if st.res == nil {
+			st.res = reservationOf(req.GetMetadataContext())
+			if st.res != nil && st.res.Lease != "" {
+				s.m.leaseHeld(1)
+			}
+		}
+		if !req.GetObservabilityMode() {
+			if err := srv.Send(answer(req)); err != nil {
+				return err
+			}
+		}
+		if st.settled {
+			continue
+		}
+		switch {
+		case req.GetResponseHeaders() != nil:
+			h := req.GetResponseHeaders()
+			st.rep = readHeaders(headerGetter(h.GetHeaders()))
+			st.body.sse = st.rep.sse
+			switch {
+			case st.rep.status >= 400:
+				// The provider refused or failed before generating: nothing was used. The refund
+				// goes first, so that a 429's pause is not undone by it.
+				s.settle(st, Usage{}, true)
+			case h.GetEndOfStream():
+				s.settle(st, Usage{}, false)
+			}
+			s.feedback(st)
+		case req.GetResponseBody() != nil:
+			b := req.GetResponseBody()
+			st.body.write(b.GetBody())
+			if b.GetEndOfStream() {
+				u, ok := st.body.end()
+				s.settle(st, u, ok)
+			}
+		case req.GetResponseTrailers() != nil:
+			u, ok := st.body.end()
+			s.settle(st, u, ok)
+		}
+	}
+}
+
+// answer is the empty reply that lets Envoy continue at once.
+func answer(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	switch {
+	case req.GetRequestHeaders() != nil:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+	case req.GetRequestBody() != nil:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+	case req.GetRequestTrailers() != nil:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+	case req.GetResponseHeaders() != nil:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+	case req.GetResponseBody() != nil:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+}
+
+// reservationOf decodes the reservation from the forwarded ext_authz metadata (nil when absent:
+// an unlimited, denied or shadow-only request).
+func reservationOf(md *corev3.Metadata) *reservation.Reservation {
+	ns := md.GetFilterMetadata()[MetadataNamespace]
+	v, ok := ns.GetFields()[reservation.MetadataKey]
+	if !ok {
+		return nil
+	}
+	r, err := reservation.Decode(v.GetStringValue())
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
+// headerGetter looks headers up by lower-case name; Envoy sends raw_value (bytes) or value.
+func headerGetter(hm *corev3.HeaderMap) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		for _, h := range hm.GetHeaders() {
+			if h.GetKey() == name {
+				if raw := h.GetRawValue(); len(raw) > 0 {
+					return string(raw), true
+				}
+				return h.GetValue(), true
+			}
+		}
+		return "", false
+	}
+}
+
+// settle refunds or charges the reservation's token buckets from the usage (everything when
+// failed, nothing when no usage was found) and releases its lease, in one store call.
+func (s *Server) settle(st *stream, u Usage, found bool) {
+	st.settled = true
+	r := st.res
+	if r == nil {
+		s.m.settled(resultNoReservation, "", "")
+		return
+	}
+	failed := st.rep.status >= 400
+	result := resultNoUsage
+	switch {
+	case failed:
+		result = resultUpstreamError
+	case found:
+		result = resultUsage
+	}
+	adj := make([]bucket.Adjustment, 0, len(r.Buckets))
+	var refund, overage int64
+	for _, b := range r.Buckets {
+		var d int64
+		switch {
+		case b.Kind == reservation.KindConcurrency:
+			if r.Lease != "" && b.Spec.Cost > 0 {
+				adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: 1, Lease: r.Lease})
+			}
+			continue
+		case failed:
+			d = b.Spec.Cost
+		case found && b.Kind == reservation.KindTokens:
+			d = b.Spec.Cost - u.Tokens()
+		}
+		if d != 0 {
+			adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: d})
+			if b.Kind == reservation.KindTokens && d > 0 {
+				refund = max(refund, d)
+			} else if b.Kind == reservation.KindTokens {
+				overage = max(overage, -d)
+			}
+		}
+	}
+	provider := r.Tag
+	s.m.settled(result, provider, r.Model)
+	if found && !failed {
+		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
+	}
+	s.m.reconciled(provider, refund, overage)
+	if len(adj) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	err := s.opts.Store.Adjust(ctx, r.Tag, adj)
+	if r.Lease != "" {
+		s.m.leaseHeld(-1)
+		s.m.released(err)
+	}
+	if err != nil {
+		s.m.error(reasonAdjustFailed)
+		s.log.Warn("reconcile: adjust failed; the reservation stays, the lease expires on its own",
+			zap.String("reason", string(reasonAdjustFailed)), zap.Error(err))
+		return
+	}
+	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {
+		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),
+			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", u.Tokens()), zap.Int("status", st.rep.status))
+	}
+}
+
+// feedback lowers the provider_feedback buckets to what the provider reports, and pauses them
+// after a provider 429.
+func (s *Server) feedback(st *stream) {
+	r := st.res
+	if r == nil {
+		return
+	}
+	var lv []bucket.Level
+	kind := ""
+	for _, b := range r.Buckets {
+		if !b.Feedback || b.Kind != reservation.KindTokens {
+			continue
+		}
+		target, ok := lowerTarget(st.rep, b.Spec.Limit)
+		if st.rep.status == 429 && st.rep.retryAfter > 0 && b.Spec.Algorithm != bucket.Quota {
+			p := pauseTarget(b.Spec.Cost, b.Spec.Limit, b.Spec.Period, st.rep.retryAfter)
+			if !ok || p < target {
+				target, ok = p, true
+			}
+			kind = correctionPause
+		}
+		if !ok {
+			continue
+		}
+		lv = append(lv, bucket.Level{Spec: b.Spec, Remaining: max(target, -bucket.MaxAmount)})
+	}
+	if len(lv) == 0 {
+		return
+	}
+	if kind == "" {
+		kind = correctionLower
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	if err := s.opts.Store.Lower(ctx, r.Tag, lv); err != nil {
+		s.m.error(reasonLowerFailed)
+		s.log.Warn("reconcile: provider feedback not applied", zap.String("reason", string(reasonLowerFailed)), zap.Error(err))
+		return
+	}
+	s.m.corrected(r.Tag, kind)
+}

@@ -1,0 +1,262 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// env is a reconcile server on a loopback gRPC port over a Memory store on a frozen clock.
+type env struct {
+	store  *bucket.Memory
+	client extprocv3.ExternalProcessorClient
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	clk := &clock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	store := bucket.NewMemory(bucket.MemoryOptions{Now: clk.Now})
+	srv, err := New(Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(g, srv)
+	go g.Serve(lis) //nolint:errcheck // stopped by cleanup
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &env{store: store, client: extprocv3.NewExternalProcessorClient(conn)}
+}
+
+var (
+	tpm  = bucket.Spec{Name: "tpm", Limit: 10000, Period: time.Minute}
+	rpm  = bucket.Spec{Name: "rpm", Limit: 100, Period: time.Minute}
+	live = bucket.Spec{Name: "live", Algorithm: bucket.Concurrency, Limit: 1, Period: 10 * time.Minute}
+)
+
+// reserve takes what Check would (1000 tokens, a request, a lease) and returns the reservation.
+func (e *env) reserve(t *testing.T, feedback bool) *reservation.Reservation {
+	t.Helper()
+	r := &reservation.Reservation{Tag: "openai", Lease: "L1", Model: "gpt-4o", Prompt: 200, Output: 800, Buckets: []reservation.Bucket{
+		{Kind: reservation.KindTokens, Feedback: feedback, Spec: withCost(tpm, 1000)},
+		{Kind: reservation.KindRequests, Spec: withCost(rpm, 1)},
+		{Kind: reservation.KindConcurrency, Spec: withCost(live, 1)},
+	}}
+	req := &bucket.Request{Tag: r.Tag, Lease: r.Lease}
+	for _, b := range r.Buckets {
+		req.Buckets = append(req.Buckets, b.Spec)
+	}
+	if res, err := e.store.Take(context.Background(), req); err != nil || res.Outcome != bucket.Allowed {
+		t.Fatalf("Take: %+v %v", res, err)
+	}
+	return r
+}
+
+func withCost(s bucket.Spec, c int64) bucket.Spec { s.Cost = c; return s }
+
+func (e *env) remaining(t *testing.T, s bucket.Spec) int64 {
+	t.Helper()
+	s.Cost = 0
+	res, err := e.store.Take(context.Background(), &bucket.Request{Tag: "openai", Buckets: []bucket.Spec{s}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Buckets[0].Remaining
+}
+
+func metadata(r *reservation.Reservation) *corev3.Metadata {
+	if r == nil {
+		return nil
+	}
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespace: {Fields: map[string]*structpb.Value{
+		reservation.MetadataKey: structpb.NewStringValue(reservation.Encode(r)),
+	}}}}
+}
+
+func headers(kv ...string) *extprocv3.ProcessingRequest {
+	hm := &corev3.HeaderMap{}
+	for i := 0; i < len(kv); i += 2 {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm}}}
+}
+
+func body(s string, end bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(s), EndOfStream: end}}}
+}
+
+// run sends msgs on one stream (with the reservation's metadata on each, as Envoy does) and
+// waits for the server to finish with it. observe selects Envoy's observability mode; otherwise
+// every message must be answered.
+func (e *env) run(t *testing.T, r *reservation.Reservation, observe bool, msgs ...*extprocv3.ProcessingRequest) {
+	t.Helper()
+	st, err := e.client.Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		m = proto.Clone(m).(*extprocv3.ProcessingRequest)
+		m.MetadataContext = metadata(r)
+		m.ObservabilityMode = observe
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		if !observe {
+			if _, err := st.Recv(); err != nil {
+				t.Fatalf("answer: %v", err)
+			}
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("end of stream: %v", err)
+	}
+}
+
+func TestSettle(t *testing.T) {
+	t.Parallel()
+	sse := func(events ...string) string { return "data: " + strings.Join(events, "\n\ndata: ") + "\n\n" }
+	chunks := func(s string, n int) []*extprocv3.ProcessingRequest {
+		var out []*extprocv3.ProcessingRequest
+		for len(s) > n {
+			out = append(out, body(s[:n], false))
+			s = s[n:]
+		}
+		return append(out, body(s, true))
+	}
+	openaiSSE := sse(`{"choices":[{"delta":{"content":"hi"}}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":200,"completion_tokens":40,"total_tokens":240}}`, `[DONE]`)
+	anthropicSSE := "event: message_start\n" + sse(`{"type":"message_start","message":{"usage":{"input_tokens":180,"cache_read_input_tokens":20,"output_tokens":1}}}`) +
+		"event: content_block_delta\n" + sse(`{"type":"content_block_delta","delta":{"text":"hi"}}`) +
+		"event: message_delta\r\n" + "data: " + `{"type":"message_delta","usage":{"output_tokens":55}}` + "\r\n\r\n"
+	for _, tc := range []struct {
+		name        string
+		msgs        []*extprocv3.ProcessingRequest
+		tokens, rpm int64
+		leaseFree   bool
+	}{
+		{"openai_json", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "application/json"),
+			body(`{"id":"x","usage":{"prompt_tokens":200,"completion_tokens":100,`, false), body(`"total_tokens":300}}`, true)}, 9700, 99, true},
+		{"responses_json", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "application/json"),
+			body(`{"output":[],"usage":{"input_tokens":150,"output_tokens":50,"total_tokens":200}}`, true)}, 9800, 99, true},
+		{"openai_sse_split", append([]*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream; charset=utf-8")},
+			chunks(openaiSSE, 7)...), 9760, 99, true},
+		{"anthropic_sse", append([]*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream")},
+			chunks(anthropicSSE, 13)...), 9745, 99, true},
+		{"overage_charged", []*extprocv3.ProcessingRequest{headers(":status", "200"),
+			body(`{"usage":{"prompt_tokens":200,"completion_tokens":1300,"total_tokens":1500}}`, true)}, 8500, 99, true},
+		{"sse_without_usage_keeps_the_reservation", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream"),
+			body(sse(`{"choices":[{"delta":{"content":"hi"}}]}`, `[DONE]`), true)}, 9000, 99, true},
+		{"upstream_error_refunds_everything", []*extprocv3.ProcessingRequest{headers(":status", "500"), body(`{"error":{}}`, true)}, 10000, 100, true},
+		{"broken_stream_releases_the_lease", []*extprocv3.ProcessingRequest{headers(":status", "200"), body(`{"usage":`, false)}, 9000, 99, true},
+		{"headers_only", []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", Value: "204"}}}, EndOfStream: true}}}}, 9000, 99, true},
+	} {
+		for _, observe := range []bool{true, false} {
+			t.Run(tc.name+map[bool]string{true: "/observability", false: "/streamed"}[observe], func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				r := e.reserve(t, false)
+				e.run(t, r, observe, tc.msgs...)
+				if got := e.remaining(t, tpm); got != tc.tokens {
+					t.Errorf("tokens remaining %d, want %d", got, tc.tokens)
+				}
+				if got := e.remaining(t, rpm); got != tc.rpm {
+					t.Errorf("requests remaining %d, want %d", got, tc.rpm)
+				}
+				if got := e.remaining(t, live); got != 1 {
+					t.Errorf("in-flight slots %d, want 1: the lease was not released", got)
+				}
+			})
+		}
+	}
+}
+
+func TestNoReservationIsIgnored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.reserve(t, true)
+	e.run(t, nil, false, headers(":status", "429", "retry-after", "30", "x-ratelimit-remaining-tokens", "0"), body(`{}`, true))
+	if got := e.remaining(t, tpm); got != 9000 {
+		t.Errorf("tokens remaining %d, want 9000 (untouched)", got)
+	}
+}
+
+func TestProviderFeedback(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		feedback bool
+		hdrs     []string
+		want     int64
+	}{
+		// The provider's 12000 limit has 3000 left: 9000 used, so our 10000 keeps 1000; then the
+		// usage refunds 1000 - 300.
+		{"openai_lowers_keeping_the_margin", true, []string{":status", "200", "x-ratelimit-limit-tokens", "12000", "x-ratelimit-remaining-tokens", "3000"}, 1700},
+		{"never_raises", true, []string{":status", "200", "x-ratelimit-limit-tokens", "10000", "x-ratelimit-remaining-tokens", "9999"}, 9700},
+		{"anthropic_tokens", true, []string{":status", "200", "anthropic-ratelimit-tokens-limit", "10000", "anthropic-ratelimit-tokens-remaining", "4000"}, 4700},
+		{"anthropic_input_tokens", true, []string{":status", "200", "anthropic-ratelimit-input-tokens-limit", "10000", "anthropic-ratelimit-input-tokens-remaining", "5000"}, 5700},
+		{"rule_without_feedback", false, []string{":status", "200", "x-ratelimit-remaining-tokens", "0"}, 9700},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			r := e.reserve(t, tc.feedback)
+			e.run(t, r, true, headers(tc.hdrs...), body(`{"usage":{"total_tokens":300}}`, true))
+			if got := e.remaining(t, tpm); got != tc.want {
+				t.Errorf("tokens remaining %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// A provider 429 with retry-after pauses the bucket: refunded first (the provider did not count
+// the request), then lowered so that the same cost fits again exactly after retry-after.
+func TestProvider429Pauses(t *testing.T) {
+	t.Parallel()
+	for _, hdr := range [][]string{{"retry-after", "12"}, {"retry-after-ms", "12000"}} {
+		e := newEnv(t)
+		r := e.reserve(t, true)
+		e.run(t, r, true, headers(":status", "429", hdr[0], hdr[1], "x-ratelimit-remaining-tokens", "5000"), body(`{"error":{}}`, true))
+		// 12 s at 10000/min is 2000 tokens: the level is 1000 - 2000.
+		if got := e.remaining(t, tpm); got != -1000 {
+			t.Errorf("%s: tokens remaining %d, want -1000", hdr[0], got)
+		}
+		res, err := e.store.Take(context.Background(), &bucket.Request{Tag: "openai", Buckets: []bucket.Spec{withCost(tpm, 1000)}})
+		if err != nil || res.Outcome != bucket.Denied || res.Wait != 12*time.Second {
+			t.Errorf("%s: a request of the same cost: %+v %v, want denied for 12s", hdr[0], res, err)
+		}
+	}
+}
