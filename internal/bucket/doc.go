@@ -96,6 +96,11 @@
 // the example keys above (about 35-byte keys): token bucket 120 bytes, daily or monthly quota 104
 // bytes, sliding window with all 11 sub-windows in use 184 bytes.
 //
+// With RedisOptions.MaxBatch, the script calls of concurrent decisions are coalesced into
+// pipelines: still one EVALSHA (one atomic decision) per call, but one write and one read per
+// batch on both sides, which is what a CPU-bound machine pays for most. A call whose context has
+// ended before its pipeline is sent is never sent.
+//
 // The script is run with EVALSHA and falls back to EVAL when the server has lost its script cache
 // (SCRIPT FLUSH, a restart, a failover), which callers never see. If a reply is lost after Redis
 // ran the script, go-redis may retry it: an over-charge, never an over-admission. After a
