@@ -143,9 +143,8 @@ type redisCommands struct {
 	PerDecision float64 `json:"sent_per_decision"`
 }
 
-func diffStats(before, after map[string]int64, decisions int) redisCommands {
+func diffStats(before, after map[string]int64) redisCommands {
 	rc := redisCommands{Sent: map[string]int64{}, InScript: map[string]int64{}}
-	var sent int64
 	for name, n := range after {
 		d := n - before[name]
 		if d == 0 || name == "info" {
@@ -156,12 +155,32 @@ func diffStats(before, after map[string]int64, decisions int) redisCommands {
 			continue
 		}
 		rc.Sent[name] = d
-		sent += d
+	}
+	return rc
+}
+
+// add sums o into rc.
+func (rc *redisCommands) add(o redisCommands) {
+	if rc.Sent == nil {
+		rc.Sent, rc.InScript = map[string]int64{}, map[string]int64{}
+	}
+	for k, v := range o.Sent {
+		rc.Sent[k] += v
+	}
+	for k, v := range o.InScript {
+		rc.InScript[k] += v
+	}
+}
+
+// perDecision sets PerDecision for that many decisions.
+func (rc *redisCommands) perDecision(decisions int) {
+	var sent int64
+	for _, v := range rc.Sent {
+		sent += v
 	}
 	if decisions > 0 {
 		rc.PerDecision = float64(sent) / float64(decisions)
 	}
-	return rc
 }
 
 // loadAvg is the 1-minute load average (0 where /proc/loadavg does not exist).

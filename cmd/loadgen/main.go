@@ -60,12 +60,13 @@ func main() {
 type options struct {
 	addr, store, redisURL, configPath string
 	load                              load
+	rounds                            int
 	body, models                      string
 	tenants, conns, distinct          int
 	deny                              float64
 	floors                            string
 	timeout, redisTimeout             time.Duration
-	redisPool                         int
+	redisPool, redisBatch             int
 	jsonPath, cpuProfile              string
 }
 
@@ -80,6 +81,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.load.concurrency, "c", 64, "concurrent requests (workers)")
 	fs.Float64Var(&o.load.rate, "rate", 0, "fixed arrival rate per second (open loop, at most -c in flight); 0: closed loop")
 	fs.DurationVar(&o.load.duration, "d", 10*time.Second, "measured duration of each run")
+	fs.IntVar(&o.rounds, "rounds", 5, "slices of -d per run; the floors and the service take turns, one slice each per round")
 	fs.DurationVar(&o.load.warmup, "warmup", 2*time.Second, "unmeasured warm-up before each run")
 	fs.StringVar(&o.body, "body", "1k", "chat body sizes, mixed uniformly: e.g. 1k or 1k,8k,64k")
 	fs.StringVar(&o.models, "models", "gpt-4o,gpt-4o-mini,gpt-4.1-mini,claude-sonnet-4-5", "models, mixed uniformly (claude-* are Anthropic messages)")
@@ -91,6 +93,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each Check, like Envoy's ext_authz timeout")
 	fs.DurationVar(&o.redisTimeout, "redis-timeout", 50*time.Millisecond, "the in-process service's Redis timeout (as ext-authz -redis-timeout)")
 	fs.IntVar(&o.redisPool, "redis-pool", 0, "the in-process service's Redis connections; 0: go-redis's default")
+	fs.IntVar(&o.redisBatch, "redis-batch", 32, "the in-process service's Redis pipeline size (as ext-authz -redis-batch); 0: one call per round trip")
 	fs.StringVar(&o.jsonPath, "json", "-", "write the figures as JSON to this file; - : after the table on stdout; empty: not at all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the service's run (in process: server and tool together)")
 	if err := fs.Parse(args); err != nil {
@@ -105,6 +108,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.load.duration <= 0 {
 		errs = append(errs, errors.New("-d must be positive"))
+	}
+	if o.rounds < 1 {
+		errs = append(errs, errors.New("-rounds must be at least 1"))
 	}
 	if o.store != "redis" && o.store != "memory" {
 		errs = append(errs, fmt.Errorf("-store %q: want redis or memory", o.store))
@@ -199,84 +205,105 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep := &report{
 		Machine: machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), CPU: cpuModel(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 		Settings: map[string]any{"concurrency": o.load.concurrency, "rate": o.load.rate, "duration": o.load.duration.String(),
-			"warmup": o.load.warmup.String(), "body": o.body, "models": w.models, "tenants": o.tenants, "deny": o.deny,
-			"conns": o.conns, "store": storeName(o), "target": targetName(o), "distinct_requests": o.distinct},
+			"warmup": o.load.warmup.String(), "rounds": o.rounds, "body": o.body, "models": w.models, "tenants": o.tenants, "deny": o.deny,
+			"conns": o.conns, "redis_pool": o.redisPool, "redis_batch": o.redisBatch, "store": storeName(o), "target": targetName(o), "distinct_requests": o.distinct},
 		Ratios: map[string]any{},
 	}
 	fmt.Fprintf(stderr, "loadgen: %d workers, %s per run, body %s, %d tenants, %.0f%% denials, store %s\n",
 		o.load.concurrency, o.load.duration, o.body, o.tenants, 100*o.deny, storeName(o))
 
-	var noopRes, evalRes *result
+	// The floors and the service take turns in short slices (rounds), so that the load of the
+	// rest of the machine weighs on all of them alike; the ratios compare like with like.
+	var all []*series
+	var noopS, evalS *series
 	if floors["noop"] {
 		addr, stop, err := startNoop(config.DefaultMaxRecvBytes)
 		if err != nil {
 			return err
 		}
+		defer stop()
 		nc, err := dial(addr, o.conns)
 		if err != nil {
-			stop()
 			return err
 		}
-		call := checkCaller(nc, o.timeout)
-		warm(ctx, o.load, reqs, call)
-		r := measure(ctx, "noop floor", o.load, reqs, call)
-		closeAll(nc)
-		stop()
-		noopRes = &r
-		rep.Runs = append(rep.Runs, r)
-		fmt.Fprintln(stderr, "loadgen:", r)
+		defer closeAll(nc)
+		noopS = &series{name: "noop floor", call: checkCaller(nc, o.timeout)}
+		all = append(all, noopS)
 	}
 	if floors["evalsha"] && rdb != nil {
-		call := evalshaCaller(rdb)
-		warm(ctx, o.load, reqs, call)
-		r := measure(ctx, "evalsha floor", o.load, reqs, call)
-		evalRes = &r
-		rep.Runs = append(rep.Runs, r)
-		fmt.Fprintln(stderr, "loadgen:", r)
+		evalS = &series{name: "evalsha floor", call: evalshaCaller(rdb)}
+		all = append(all, evalS)
 	}
-
-	// The service. The profile and the Redis commands cover the measured part only.
-	var before map[string]int64
-	call := checkCaller(conns, o.timeout)
-	warm(ctx, o.load, reqs, call)
-	if rdb != nil && o.store == "redis" {
-		if before, err = commandStats(ctx, rdb); err != nil {
-			return err
+	ours := &series{name: "ext-authz", call: checkCaller(conns, o.timeout)}
+	all = append(all, ours)
+	for _, s := range all {
+		warm(ctx, o.load, reqs, s.call)
+	}
+	slice := o.load.duration / time.Duration(o.rounds)
+	var sent redisCommands
+	for range o.rounds {
+		for _, s := range all {
+			var before map[string]int64
+			if s == ours && rdb != nil && o.store == "redis" {
+				if before, err = commandStats(ctx, rdb); err != nil {
+					return err
+				}
+			}
+			s.slice(ctx, o.load, reqs, slice)
+			if before != nil {
+				after, err := commandStats(ctx, rdb)
+				if err != nil {
+					return err
+				}
+				sent.add(diffStats(before, after))
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
-	var prof *os.File
+	var noopRes, evalRes *result
+	for _, s := range all {
+		r := s.result(o.load)
+		rep.Runs = append(rep.Runs, r)
+		fmt.Fprintln(stderr, "loadgen:", r)
+		switch s {
+		case noopS:
+			noopRes = &r
+		case evalS:
+			evalRes = &r
+		}
+	}
+	res := rep.Runs[len(rep.Runs)-1]
+	if sent.Sent != nil {
+		sent.perDecision(res.Requests)
+		rep.Redis = &sent
+	}
+
+	// The profile is of one more slice of the service alone, so that no floor is in it.
 	if o.cpuProfile != "" {
-		if prof, err = os.Create(o.cpuProfile); err != nil {
+		prof, err := os.Create(o.cpuProfile)
+		if err != nil {
 			return err
 		}
 		if err := pprof.StartCPUProfile(prof); err != nil {
 			return err
 		}
-	}
-	ours := measure(ctx, "ext-authz", o.load, reqs, call)
-	if prof != nil {
+		(&series{call: ours.call}).slice(ctx, o.load, reqs, max(slice, 5*time.Second))
 		pprof.StopCPUProfile()
-		prof.Close()
-	}
-	rep.Runs = append(rep.Runs, ours)
-	fmt.Fprintln(stderr, "loadgen:", ours)
-	if before != nil {
-		after, err := commandStats(ctx, rdb)
-		if err != nil {
+		if err := prof.Close(); err != nil {
 			return err
 		}
-		rc := diffStats(before, after, ours.Requests)
-		rep.Redis = &rc
 	}
 
 	if noopRes != nil && noopRes.Throughput > 0 && noopRes.P99 > 0 {
-		rep.Ratios["throughput_vs_noop"] = round3(ours.Throughput / noopRes.Throughput)
-		rep.Ratios["p99_vs_noop"] = round3(float64(ours.P99) / float64(noopRes.P99))
-		rep.Ratios["p50_vs_noop"] = round3(float64(ours.P50) / float64(noopRes.P50))
+		rep.Ratios["throughput_vs_noop"] = round3(res.Throughput / noopRes.Throughput)
+		rep.Ratios["p99_vs_noop"] = round3(float64(res.P99) / float64(noopRes.P99))
+		rep.Ratios["p50_vs_noop"] = round3(float64(res.P50) / float64(noopRes.P50))
 	}
 	if evalRes != nil && evalRes.Throughput > 0 && evalRes.P99 > 0 {
-		rep.Ratios["throughput_vs_evalsha"] = round3(ours.Throughput / evalRes.Throughput)
-		rep.Ratios["p99_vs_evalsha"] = round3(float64(ours.P99) / float64(evalRes.P99))
+		rep.Ratios["throughput_vs_evalsha"] = round3(res.Throughput / evalRes.Throughput)
+		rep.Ratios["p99_vs_evalsha"] = round3(float64(res.P99) / float64(evalRes.P99))
 	}
 	printTable(stdout, rep)
 	if o.jsonPath != "" {
@@ -290,7 +317,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if ours.Requests == 0 {
+	if res.Requests == 0 {
 		return errors.New("the service answered no request")
 	}
 	return nil
@@ -328,7 +355,7 @@ func startService(ctx context.Context, o *options) (stop func(), addr string, er
 	}
 	so := server.Options{
 		ConfigPath: cfgPath, GRPCAddr: "127.0.0.1:0", RedisPrefix: "loadgen:",
-		RedisTimeout: o.redisTimeout, RedisPoolSize: o.redisPool, DrainTimeout: time.Second,
+		RedisTimeout: o.redisTimeout, RedisPoolSize: o.redisPool, RedisBatch: o.redisBatch, DrainTimeout: time.Second,
 		MaxRecvBytes: config.DefaultMaxRecvBytes,
 	}
 	if o.store == "redis" {
@@ -397,10 +424,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float6
 func printTable(w io.Writer, rep *report) {
 	fmt.Fprintf(w, "machine: %d CPUs (%s), GOMAXPROCS %d, %s %s\n", rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.GOMAXPROCS, rep.Machine.Go, rep.Machine.OS)
 	s := rep.Settings
-	fmt.Fprintf(w, "load: concurrency %v, rate %v/s (0: closed loop), %v per run after %v warm-up, body %v, %v tenants, deny share %v, %v gRPC conns, store %v, target %v\n\n",
-		s["concurrency"], s["rate"], s["duration"], s["warmup"], s["body"], s["tenants"], s["deny"], s["conns"], s["store"], s["target"])
+	fmt.Fprintf(w, "load: concurrency %v, rate %v/s (0: closed loop), %v per run in %v interleaved slices after %v warm-up, body %v, %v tenants, deny share %v, %v gRPC conns, store %v, target %v\n\n",
+		s["concurrency"], s["rate"], s["duration"], s["rounds"], s["warmup"], s["body"], s["tenants"], s["deny"], s["conns"], s["store"], s["target"])
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\trequests\tper second\tp50\tp90\tp99\tmax\tallowed\t429\tother denied\terrors\tload 1m\t")
+	fmt.Fprintln(tw, "run\trequests\tper second\tp50\tp90\tp99\tmax\tallowed\t429\tother denied\terrors\tload 1m (min-max)\t")
 	for _, r := range rep.Runs {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.2f-%.2f\t\n", r.Name, r.Requests, r.Throughput,
 			ms(r.P50), ms(r.P90), ms(r.P99), ms(r.Max), r.Allowed, r.Denied, r.OtherDenied, r.Errors, r.LoadAvg[0], r.LoadAvg[1])

@@ -116,7 +116,7 @@ type result struct {
 	OtherDenied int           `json:"denied_other"`
 	Errors      int           `json:"errors"`
 	Dropped     int           `json:"dropped,omitempty"`
-	LoadAvg     [2]float64    `json:"loadavg_1m_before_after"`
+	LoadAvg     [2]float64    `json:"loadavg_1m_min_max"`
 }
 
 // warm drives call with reqs for l.warmup, unmeasured: connections, caches, the script cache
@@ -129,24 +129,51 @@ func warm(ctx context.Context, l load, reqs []*rawRequest, call caller) {
 	}
 }
 
-// measure drives call with reqs for l.duration and returns the figures.
-func measure(ctx context.Context, name string, l load, reqs []*rawRequest, call caller) result {
-	res := result{Name: name, Concurrency: l.concurrency, Rate: l.rate}
-	res.LoadAvg[0] = loadAvg()
-	mctx, cancel := context.WithTimeout(ctx, l.duration)
+// series accumulates the slices of one target's run: interleaving short slices of every
+// target (see run) exposes them to the same load from the rest of the machine.
+type series struct {
+	name    string
+	call    caller
+	lats    []time.Duration
+	outs    [numOutcomes]int
+	dropped int
+	elapsed time.Duration
+	load    [2]float64 // lowest and highest 1-minute load average seen
+}
+
+// slice drives s.call with reqs for d and adds the figures to s.
+func (s *series) slice(ctx context.Context, l load, reqs []*rawRequest, d time.Duration) {
+	la := loadAvg()
+	if s.elapsed == 0 || la < s.load[0] {
+		s.load[0] = la
+	}
+	s.load[1] = max(s.load[1], la)
+	mctx, cancel := context.WithTimeout(ctx, d)
 	start := time.Now()
-	lats, outs, dropped := drive(mctx, l, reqs, call)
-	res.Duration = time.Since(start)
+	lats, outs, dropped := drive(mctx, l, reqs, s.call)
+	s.elapsed += time.Since(start)
 	cancel()
-	res.LoadAvg[1] = loadAvg()
-	res.Requests = len(lats)
-	res.Throughput = float64(len(lats)) / res.Duration.Seconds()
-	res.Allowed, res.Denied, res.OtherDenied, res.Errors = outs[outAllowed], outs[outDenied], outs[outOtherDenied], outs[outError]
-	res.Dropped = dropped
-	slices.Sort(lats)
-	res.P50, res.P90, res.P99 = quantile(lats, 0.50), quantile(lats, 0.90), quantile(lats, 0.99)
-	if len(lats) > 0 {
-		res.Max = lats[len(lats)-1]
+	s.lats = append(s.lats, lats...)
+	for i := range outs {
+		s.outs[i] += outs[i]
+	}
+	s.dropped += dropped
+	s.load[1] = max(s.load[1], loadAvg())
+}
+
+// result returns the figures of every slice together.
+func (s *series) result(l load) result {
+	res := result{Name: s.name, Concurrency: l.concurrency, Rate: l.rate, Duration: s.elapsed, LoadAvg: s.load}
+	res.Requests = len(s.lats)
+	if s.elapsed > 0 {
+		res.Throughput = float64(len(s.lats)) / s.elapsed.Seconds()
+	}
+	res.Allowed, res.Denied, res.OtherDenied, res.Errors = s.outs[outAllowed], s.outs[outDenied], s.outs[outOtherDenied], s.outs[outError]
+	res.Dropped = s.dropped
+	slices.Sort(s.lats)
+	res.P50, res.P90, res.P99 = quantile(s.lats, 0.50), quantile(s.lats, 0.90), quantile(s.lats, 0.99)
+	if len(s.lats) > 0 {
+		res.Max = s.lats[len(s.lats)-1]
 	}
 	return res
 }

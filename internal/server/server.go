@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,6 +26,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 )
 
 // Options are the deploy-time settings of the service. cmd/ext-authz fills them from flags and
@@ -45,6 +47,9 @@ type Options struct {
 	// RedisPoolSize is the number of Redis connections per node; 0 keeps go-redis's default
 	// (10 per CPU).
 	RedisPoolSize int
+	// RedisBatch, when positive, coalesces concurrent decisions into Redis pipelines of at most
+	// this many script calls (bucket.RedisOptions.MaxBatch); 0 sends each on its own.
+	RedisBatch int
 	// DrainTimeout is how long in-flight checks may take after ctx ends in Serve.
 	DrainTimeout time.Duration
 	// MaxRecvBytes is the largest CheckRequest accepted.
@@ -56,6 +61,7 @@ type Options struct {
 // store is what the service needs of a bucket store.
 type store interface {
 	filter.Limiter
+	reconcile.Store
 	Ping(ctx context.Context) error
 }
 
@@ -119,7 +125,7 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix})
+		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
 		s.closer = client.Close
 		fallback = bucket.NewMemory(bucket.MemoryOptions{})
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
@@ -137,6 +143,13 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 
 	s.grpc = grpc.NewServer(GRPCOptions(o.MaxRecvBytes)...)
 	authv3.RegisterAuthorizationServer(s.grpc, s.filter)
+	// The response path (Envoy's ext_proc filter) on the same port: refunds, lease releases and
+	// provider feedback.
+	rec, err := reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg)})
+	if err != nil {
+		return nil, err
+	}
+	extprocv3.RegisterExternalProcessorServer(s.grpc, rec)
 	s.health = health.NewServer()
 	s.setServing(false)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -197,6 +210,7 @@ func (s *Server) setServing(ok bool) {
 	}
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, st)
 	s.ready.Store(ok)
 }
 
