@@ -28,6 +28,10 @@ type Server struct {
 	CompletionTokens int64
 	// EmbeddingDims is the default length of an embedding vector.
 	EmbeddingDims int
+	// ChargeActual makes the limiter charge what an answer really uses (the prompt plus the
+	// tokens generated) instead of the prompt plus the reserved output: a provider that bills
+	// actual usage, against which reconciliation is measured.
+	ChargeActual bool
 	Now           func() time.Time
 
 	seq atomic.Int64
@@ -146,9 +150,13 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 		s.errorAnswer(w, anthropic, http.StatusBadRequest, "invalid_request_error", "invalid_request_error", err.Error())
 		return
 	}
-	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, p.Cost(), p.Stream
+	cost := p.Cost()
+	if s.ChargeActual && p.Output > 0 {
+		cost = p.Prompt + s.completion(p)*int64(max(p.N, 1))
+	}
+	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, cost, p.Stream
 
-	v := s.Enforcer.AdmitAt(provider, p.Model, p.Cost(), now)
+	v := s.Enforcer.AdmitAt(provider, p.Model, cost, now)
 	s.rateLimitHeaders(w.Header(), anthropic, &v, now)
 	if !v.Admitted {
 		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()

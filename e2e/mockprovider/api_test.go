@@ -262,3 +262,21 @@ func TestNonUTF8BodyIsPriced(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// With ChargeActual the budget pays the prompt plus the tokens generated, not max_tokens.
+func TestChargeActual(t *testing.T) {
+	t.Parallel()
+	ts, rec := newTestServer(t, 30)
+	ts.Config.Handler.(*Server).ChargeActual = true
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello world"}],"max_tokens":10}`
+	for i := range 2 {
+		resp, b := post(t, ts.URL+"/v1/chat/completions", body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, b)
+		}
+	}
+	// 9 prompt + 3 generated, twice: 24 of 30; reserved pricing (19 each) would refuse the second.
+	if got := records(t, rec); len(got) != 2 || got[0].Cost != 12 || got[1].Cost != 12 {
+		t.Fatalf("records %+v", got)
+	}
+}

@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicEnc := fs.String("anthropic-encoding", "cl100k_base", "tiktoken encoding that counts Anthropic prompts")
 	anthropicFactor := fs.Float64("anthropic-factor", 1.25, "Anthropic prompt tokens per token of -anthropic-encoding")
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
+	charge := fs.String("charge", "reserved", "what a request costs the limits: reserved (prompt + max_tokens, like OpenAI) or actual (prompt + tokens generated)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,6 +75,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *period < time.Second {
 		return fmt.Errorf("-period %s is under 1s", *period)
+	}
+	if *charge != "reserved" && *charge != "actual" {
+		return fmt.Errorf("-charge %q is not reserved or actual", *charge)
 	}
 	if *tlsAddr != "" && *tlsDir == "" {
 		return errors.New("-tls-addr needs -tls-dir")
@@ -106,6 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Latency:          *latency,
 		CompletionTokens: *completion,
 		EmbeddingDims:    8,
+		ChargeActual:     *charge == "actual",
 		Now:              time.Now,
 	}
 
