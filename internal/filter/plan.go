@@ -62,7 +62,10 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			target.MaxWait = rule.MaxWait
 		}
 		if rule.Tokens != nil {
-			target.Buckets = append(target.Buckets, rule.Tokens.Spec(bucketName(rule, kindTokens, provider, est.Model, r.tenant, r.priority), est.Cost(), r.floor))
+			// A hostile max_tokens may price above any store's range: capped, it still can never
+			// fit (413), where the raw cost would be an invalid request (503, and a store failure).
+			cost := min(est.Cost(), bucket.MaxAmount)
+			target.Buckets = append(target.Buckets, rule.Tokens.Spec(bucketName(rule, kindTokens, provider, est.Model, r.tenant, r.priority), cost, r.floor))
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindTokens})
 			}
