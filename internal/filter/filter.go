@@ -61,6 +61,9 @@ type Options struct {
 	// LeaseID returns a new, unique in-flight lease id (see bucket.Request.Lease). Default: 64
 	// random bits in hex.
 	LeaseID func() string
+	// Breaker is the circuit breaker in front of Limiter. Default: NewBreaker with its defaults,
+	// logging to Logger.
+	Breaker *Breaker
 }
 
 // Filter answers ext_authz Check requests. It is safe for concurrent use.
@@ -100,6 +103,9 @@ func New(p *Policy, opts Options) (*Filter, error) {
 	}
 	if opts.LeaseID == nil {
 		opts.LeaseID = newLeaseID
+	}
+	if opts.Breaker == nil {
+		opts.Breaker = NewBreaker(BreakerOptions{Logger: opts.Logger, Now: opts.Now})
 	}
 	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics}
 	f.SetPolicy(p)
@@ -282,10 +288,16 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 }
 
 // take runs one Take on the shared store and records its latency and health.
+// The circuit breaker may answer instead of the store (errBreakerOpen).
 func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (bucket.Result, error) {
+	ok, probe := f.opts.Breaker.allow()
+	if !ok {
+		return bucket.Result{}, errBreakerOpen
+	}
 	t0 := f.opts.Now()
 	res, err := f.opts.Limiter.Take(ctx, req)
 	f.m.store("take", f.opts.Now().Sub(t0), err)
+	f.opts.Breaker.done(ctx, probe, err)
 	f.degraded.Store(err != nil)
 	return res, err
 }
@@ -310,9 +322,14 @@ func (f *Filter) holdable(ctx context.Context, want time.Duration, maxHeld int) 
 
 // storeFailed applies failure.mode when the shared store cannot decide.
 func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, est *tokens.Estimate, pl *plan, err error) (*authv3.CheckResponse, error) {
-	reason := storeReason(ctx, err)
-	f.m.error(reason)
-	f.log.Warn("store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
+	if errors.Is(err, errBreakerOpen) {
+		// The breaker logged the outage once: no line per request.
+		f.m.error(reasonBreakerOpen)
+	} else {
+		reason := storeReason(ctx, err)
+		f.m.error(reason)
+		f.log.Warn("store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
+	}
 	switch p.Config.File.Failure.Mode {
 	case "allow":
 		return f.finish(start, est, pl, okResponse(nil, pl.metadata(est, decisionFailOpen, 0))), nil
