@@ -32,6 +32,12 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight checks may take before the server stops")
 	fs.IntVar(&o.MaxRecvBytes, "max-recv-bytes", config.DefaultMaxRecvBytes, "largest CheckRequest accepted (keep it above Envoy's max_request_bytes plus headers)")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof on the admin port")
+	fs.StringVar(&o.TLSCert, "tls-cert", envOr("TLS_CERT", ""), "PEM certificate of the gRPC port; with -tls-key serves TLS, reloaded when the files change (env TLS_CERT)")
+	fs.StringVar(&o.TLSKey, "tls-key", envOr("TLS_KEY", ""), "PEM private key of -tls-cert (env TLS_KEY)")
+	fs.StringVar(&o.TLSClientCA, "tls-client-ca", envOr("TLS_CLIENT_CA", ""), "PEM CA bundle: require client certificates signed by it (mTLS; env TLS_CLIENT_CA)")
+	fs.StringVar(&o.RedisCA, "redis-ca", envOr("REDIS_CA", ""), "PEM CA bundle trusted for rediss:// in place of the system roots (env REDIS_CA)")
+	fs.IntVar(&o.BreakerFailures, "breaker-failures", 3, "store failures in a row that open the circuit breaker (the failure policy then applies without calling the store)")
+	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "how long the breaker stays open before one request probes the store again")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", err
 	}
@@ -43,6 +49,9 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	}
 	if o.RedisBatch < 0 {
 		return nil, "", errors.New("serve: -redis-batch must not be negative")
+	}
+	if o.BreakerFailures < 1 || o.BreakerOpenFor <= 0 {
+		return nil, "", errors.New("serve: -breaker-failures must be at least 1 and -breaker-open-for positive")
 	}
 	if o.MaxRecvBytes < 64<<10 {
 		return nil, "", errors.New("serve: -max-recv-bytes must be at least 65536")

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -56,6 +58,18 @@ type Options struct {
 	MaxRecvBytes int
 	// Pprof serves /debug/pprof on the admin port.
 	Pprof bool
+	// TLSCert and TLSKey, when set, serve gRPC over TLS (PEM files, reloaded when they change).
+	TLSCert, TLSKey string
+	// TLSClientCA, when set with TLSCert, requires and verifies client certificates signed by
+	// one of its CAs (mTLS between Envoy and the service).
+	TLSClientCA string
+	// RedisCA is a PEM bundle of the CAs trusted for rediss:// servers, in place of the system
+	// roots; empty: the system roots.
+	RedisCA string
+	// BreakerFailures and BreakerOpenFor configure the store's circuit breaker (see
+	// filter.BreakerOptions); zero keeps its defaults.
+	BreakerFailures int
+	BreakerOpenFor  time.Duration
 }
 
 // store is what the service needs of a bucket store.
@@ -86,6 +100,7 @@ type Server struct {
 	ready    atomic.Bool
 	storeUp  prometheus.Gauge
 	reloads  *prometheus.CounterVec
+	breaker  *filter.Breaker
 }
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
@@ -115,13 +130,21 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		s.closer = func() error { return nil }
 		log.Info("store: in memory (one replica; set REDIS_URL to share budgets across replicas)")
 	} else {
-		client, err := bucket.NewClient(o.RedisURL, bucket.ClientOptions{
+		copts := bucket.ClientOptions{
 			DialTimeout: o.RedisTimeout, ReadTimeout: o.RedisTimeout, WriteTimeout: o.RedisTimeout,
 			// No retries: a decision whose reply was lost may have been applied, and retrying it
 			// could charge twice; a retry would also multiply the timeout during an outage.
 			MaxRetries: -1,
 			PoolSize:   o.RedisPoolSize,
-		})
+		}
+		if o.RedisCA != "" {
+			pool, err := loadPool(o.RedisCA)
+			if err != nil {
+				return nil, fmt.Errorf("store: %w", err)
+			}
+			copts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+		}
+		client, err := bucket.NewClient(o.RedisURL, copts)
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
@@ -131,17 +154,32 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
 
+	s.breaker = filter.NewBreaker(filter.BreakerOptions{
+		Failures: o.BreakerFailures, OpenFor: o.BreakerOpenFor, Logger: log, Registerer: s.reg,
+	})
 	s.filter, err = filter.New(pol, filter.Options{
 		Limiter:  s.store,
 		Fallback: fallback,
 		Logger:   log,
 		Metrics:  filter.NewMetrics(s.reg),
+		Breaker:  s.breaker,
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	s.grpc = grpc.NewServer(GRPCOptions(o.MaxRecvBytes)...)
+	gopts := GRPCOptions(o.MaxRecvBytes)
+	if o.TLSCert != "" || o.TLSKey != "" {
+		certs, err := newCertReloader(o.TLSCert, o.TLSKey, o.TLSClientCA, log)
+		if err != nil {
+			return nil, err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(certs.ServerConfig())))
+		log.Info("grpc: TLS", zap.Bool("client_auth", o.TLSClientCA != ""))
+	} else if o.TLSClientCA != "" {
+		return nil, errors.New("server: a client CA needs a server certificate and key")
+	}
+	s.grpc = grpc.NewServer(gopts...)
 	authv3.RegisterAuthorizationServer(s.grpc, s.filter)
 	// The response path (Envoy's ext_proc filter) on the same port: refunds, lease releases and
 	// provider feedback.
@@ -279,6 +317,7 @@ func (s *Server) watchStore(ctx context.Context) {
 		}
 		if err == nil {
 			s.storeUp.Set(1)
+			s.breaker.Healthy()
 			if !s.ready.Load() {
 				s.setServing(true)
 				s.log.Info("ready")
