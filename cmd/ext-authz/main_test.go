@@ -43,10 +43,11 @@ func main2(args []string) {
 
 // proc is an ext-authz process started by a test.
 type proc struct {
-	cmd      *exec.Cmd
-	grpcAddr string
-	logs     *logBuffer
-	done     chan struct{}
+	cmd       *exec.Cmd
+	grpcAddr  string
+	adminAddr string
+	logs      *logBuffer
+	done      chan struct{}
 }
 
 type logBuffer struct {
@@ -70,6 +71,14 @@ func (l *logBuffer) String() string {
 // until its gRPC health reports SERVING.
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
+	p := startUnready(t, args...)
+	p.waitServing(t)
+	return p
+}
+
+// startUnready starts ext-authz serve like startProc, but returns as soon as it listens.
+func startUnready(t *testing.T, args ...string) *proc {
+	t.Helper()
 	args = append([]string{"serve", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(os.Args[0])
 	argv, _ := json.Marshal(args)
@@ -83,17 +92,18 @@ func startProc(t *testing.T, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addr := make(chan string, 1)
+	addr := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(io.TeeReader(stderr, p.logs))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			var line struct {
-				Msg  string `json:"msg"`
-				GRPC string `json:"grpc"`
+				Msg   string `json:"msg"`
+				GRPC  string `json:"grpc"`
+				Admin string `json:"admin"`
 			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-				addr <- line.GRPC
+				addr <- [2]string{line.GRPC, line.Admin}
 			}
 		}
 		cmd.Wait() //nolint:errcheck // exit status checked through done
@@ -107,12 +117,19 @@ func startProc(t *testing.T, args ...string) *proc {
 		}
 	})
 	select {
-	case p.grpcAddr = <-addr:
+	case a := <-addr:
+		p.grpcAddr, p.adminAddr = a[0], a[1]
 	case <-p.done:
 		t.Fatalf("ext-authz exited at start-up:\n%s", p.logs.String())
 	case <-time.After(20 * time.Second):
 		t.Fatalf("ext-authz did not start:\n%s", p.logs.String())
 	}
+	return p
+}
+
+// waitServing waits until the process's gRPC health reports SERVING.
+func (p *proc) waitServing(t *testing.T) {
+	t.Helper()
 	conn := p.dial(t)
 	hc := healthpb.NewHealthClient(conn)
 	deadline := time.Now().Add(20 * time.Second)
@@ -121,7 +138,7 @@ func startProc(t *testing.T, args ...string) *proc {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: authv3.Authorization_ServiceDesc.ServiceName})
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return p
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("ext-authz not SERVING (%v %v):\n%s", resp.GetStatus(), err, p.logs.String())
