@@ -52,22 +52,78 @@ func resetString(d time.Duration) string {
 }
 
 // headers are the x-ratelimit headers of an answer: for tokens and for requests, the limit,
-// remaining and reset of the bucket of that kind with the least remaining.
+// remaining and reset of the bucket of that kind with the least remaining. The six headers share
+// two backing arrays (two allocations instead of twelve); callers append the extra ones.
 func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOption {
 	out := make([]*corev3.HeaderValueOption, 0, 6+extra)
+	opts := make([]corev3.HeaderValueOption, 6)
+	vals := make([]corev3.HeaderValue, 6)
+	add := func(k, v string) {
+		i := len(out)
+		vals[i].Key, vals[i].Value = k, v
+		opts[i].Header, opts[i].AppendAction = &vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		out = append(out, &opts[i])
+	}
 	if s, ok := pl.headline(res, kindTokens); ok {
-		out = append(out,
-			header("x-ratelimit-limit-tokens", strconv.FormatInt(s.Limit, 10)),
-			header("x-ratelimit-remaining-tokens", strconv.FormatInt(max(s.Remaining, 0), 10)),
-			header("x-ratelimit-reset-tokens", resetString(s.Reset)))
+		add("x-ratelimit-limit-tokens", strconv.FormatInt(s.Limit, 10))
+		add("x-ratelimit-remaining-tokens", strconv.FormatInt(max(s.Remaining, 0), 10))
+		add("x-ratelimit-reset-tokens", resetString(s.Reset))
 	}
 	if s, ok := pl.headline(res, kindRequests); ok {
-		out = append(out,
-			header("x-ratelimit-limit-requests", strconv.FormatInt(s.Limit, 10)),
-			header("x-ratelimit-remaining-requests", strconv.FormatInt(max(s.Remaining, 0), 10)),
-			header("x-ratelimit-reset-requests", resetString(s.Reset)))
+		add("x-ratelimit-limit-requests", strconv.FormatInt(s.Limit, 10))
+		add("x-ratelimit-remaining-requests", strconv.FormatInt(max(s.Remaining, 0), 10))
+		add("x-ratelimit-reset-requests", resetString(s.Reset))
 	}
 	return out
+}
+
+// values hands out the metadata's structpb values from shared backing arrays: a few
+// allocations per answer instead of two per value. A value is never copied once handed out;
+// when an array runs out, values are allocated one by one.
+type values struct {
+	vals []structpb.Value
+	strs []structpb.Value_StringValue
+	nums []structpb.Value_NumberValue
+}
+
+// newValues has room for strs strings and nums numbers.
+func newValues(strs, nums int) *values {
+	return &values{vals: make([]structpb.Value, strs+nums), strs: make([]structpb.Value_StringValue, strs), nums: make([]structpb.Value_NumberValue, nums)}
+}
+
+func (a *values) value() *structpb.Value {
+	if len(a.vals) == 0 {
+		return &structpb.Value{}
+	}
+	v := &a.vals[0]
+	a.vals = a.vals[1:]
+	return v
+}
+
+func (a *values) str(s string) *structpb.Value {
+	v := a.value()
+	if len(a.strs) == 0 {
+		v.Kind = &structpb.Value_StringValue{StringValue: s}
+		return v
+	}
+	k := &a.strs[0]
+	a.strs = a.strs[1:]
+	k.StringValue = s
+	v.Kind = k
+	return v
+}
+
+func (a *values) num(x float64) *structpb.Value {
+	v := a.value()
+	if len(a.nums) == 0 {
+		v.Kind = &structpb.Value_NumberValue{NumberValue: x}
+		return v
+	}
+	k := &a.nums[0]
+	a.nums = a.nums[1:]
+	k.NumberValue = x
+	v.Kind = k
+	return v
 }
 
 func okResponse(hdrs []*corev3.HeaderValueOption, md *structpb.Struct) *authv3.CheckResponse {
@@ -195,31 +251,36 @@ func badRouteResponse(est *tokens.Estimate, err error) *authv3.CheckResponse {
 
 // metadata describes the decision and the reservation for access logs and the response path.
 func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Duration) *structpb.Struct {
-	f := map[string]*structpb.Value{
-		"decision":      structpb.NewStringValue(decision),
-		"provider":      structpb.NewStringValue(est.Provider.String()),
-		"api":           structpb.NewStringValue(est.API.String()),
-		"model":         structpb.NewStringValue(safeLabel(est.Model)),
-		"prompt_tokens": structpb.NewNumberValue(float64(est.PromptTokens)),
-		"output_tokens": structpb.NewNumberValue(float64(est.OutputTokens)),
-		"cost":          structpb.NewNumberValue(float64(est.Cost())),
-		"exact":         structpb.NewBoolValue(est.Exact),
+	// At most 9 strings (and the bucket names) and 4 numbers; exact is a bool.
+	strs := 9
+	if pl != nil {
+		strs += len(pl.enforced.Buckets)
 	}
+	a := newValues(strs, 4)
+	f := make(map[string]*structpb.Value, 13) // an allowed answer's fields: one allocation, no growth
+	f["decision"] = a.str(decision)
+	f["provider"] = a.str(est.Provider.String())
+	f["api"] = a.str(est.API.String())
+	f["model"] = a.str(safeLabel(est.Model))
+	f["prompt_tokens"] = a.num(float64(est.PromptTokens))
+	f["output_tokens"] = a.num(float64(est.OutputTokens))
+	f["cost"] = a.num(float64(est.Cost()))
+	f["exact"] = structpb.NewBoolValue(est.Exact)
 	if est.Reason != "" {
-		f["estimate_reason"] = structpb.NewStringValue(string(est.Reason))
+		f["estimate_reason"] = a.str(string(est.Reason))
 	}
 	if pl != nil {
-		f["rules"] = structpb.NewStringValue(pl.ruleNames())
-		f["tag"] = structpb.NewStringValue(pl.enforced.Tag)
+		f["rules"] = a.str(pl.ruleNames())
+		f["tag"] = a.str(pl.enforced.Tag)
 		if len(pl.enforced.Buckets) > 0 && (decision == decisionAllowed || decision == decisionDelayed) {
 			names := make([]*structpb.Value, len(pl.enforced.Buckets))
 			for i, b := range pl.enforced.Buckets {
-				names[i] = structpb.NewStringValue(b.Name)
+				names[i] = a.str(b.Name)
 			}
 			f["buckets"] = structpb.NewListValue(&structpb.ListValue{Values: names})
 		}
 		if b := pl.blocking(); b != "" {
-			f["limit"] = structpb.NewStringValue(b)
+			f["limit"] = a.str(b)
 		}
 		if r := pl.reservation(est); r != nil {
 			f[reservation.MetadataKey] = r
@@ -229,11 +290,11 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 			if pl.shadowAll {
 				o = pl.result.Outcome
 			}
-			f["shadow_outcome"] = structpb.NewStringValue(o.String())
+			f["shadow_outcome"] = a.str(o.String())
 		}
 	}
 	if wait > 0 {
-		f["wait_ms"] = structpb.NewNumberValue(float64(wait.Milliseconds()))
+		f["wait_ms"] = a.num(float64(wait.Milliseconds()))
 	}
 	return &structpb.Struct{Fields: f}
 }
