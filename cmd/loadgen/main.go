@@ -95,7 +95,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.redisPool, "redis-pool", 0, "the in-process service's Redis connections; 0: go-redis's default")
 	fs.IntVar(&o.redisBatch, "redis-batch", 32, "the in-process service's Redis pipeline size (as ext-authz -redis-batch); 0: one call per round trip")
 	fs.StringVar(&o.jsonPath, "json", "-", "write the figures as JSON to this file; - : after the table on stdout; empty: not at all")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the service's run (in process: server and tool together)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of one more slice of the service alone (in process: samples labelled side=service or side=tool)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -186,14 +186,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The service under test.
 	target := o.addr
 	if target == "" {
-		stop, addr, err := startService(ctx, o)
+		var stop func()
+		var addr string
+		// The service's goroutines carry the label side=service in CPU profiles, the tool's
+		// side=tool (goroutines inherit labels): docs/performance.md splits the profile with them.
+		pprof.Do(ctx, pprof.Labels("side", "service"), func(ctx context.Context) {
+			stop, addr, err = startService(ctx, o)
+		})
 		if err != nil {
 			return err
 		}
 		defer stop()
 		target = addr
 	}
-	conns, err := dial(target, o.conns)
+	var conns []*grpc.ClientConn
+	pprof.Do(ctx, pprof.Labels("side", "tool"), func(context.Context) { conns, err = dial(target, o.conns) })
 	if err != nil {
 		return err
 	}
@@ -289,7 +296,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := pprof.StartCPUProfile(prof); err != nil {
 			return err
 		}
-		(&series{call: ours.call}).slice(ctx, o.load, reqs, max(slice, 5*time.Second))
+		pprof.Do(ctx, pprof.Labels("side", "tool"), func(ctx context.Context) {
+			(&series{call: ours.call}).slice(ctx, o.load, reqs, max(slice, 5*time.Second))
+		})
 		pprof.StopCPUProfile()
 		if err := prof.Close(); err != nil {
 			return err
