@@ -20,11 +20,15 @@ _runs: dict[str, cf.Future] = {}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def scenario_runs():
+def scenario_runs(request):
     """Starts every scenario at once (separate stacks do not interfere) and waits for them all at
-    the end of the session, so that no process outlives it."""
+    the end of the session, so that no process outlives it. Only when a test of test_e2e.py is
+    selected: a run of another file alone (pytest e2e/test_reconcile.py) starts none of them."""
     shutil.rmtree(report.REPORT_DIR, ignore_errors=True)
     RUN_DIR.mkdir(parents=True)
+    if not any(item.module.__name__ == "test_e2e" for item in request.session.items):
+        yield _runs
+        return
     pool = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="scenario")
     _runs["seed-token_bucket"] = pool.submit(sc.seed, "token_bucket", RUN_DIR)
     _runs["seed-sliding_window"] = pool.submit(sc.seed, "sliding_window", RUN_DIR)
