@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--priority", default="")
     ap.add_argument("--pace", type=float, default=0.0, help="seconds between the starts of a thread's calls")
     ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--ramp", type=float, default=0.0, help="each thread starts after a random delay up to this")
     ap.add_argument("--max-retries", type=int, default=2)
     ap.add_argument("--prompts", default=str(Path(__file__).with_name("prompts.json")))
     ap.add_argument("--out", required=True)
@@ -68,6 +70,8 @@ def main(argv: list[str]) -> int:
     deadline = start + a.duration
 
     def worker(w: int) -> None:
+        if a.ramp > 0:
+            time.sleep(random.uniform(0, a.ramp))
         i = 0
         while time.time() < deadline:
             t_call = time.time()

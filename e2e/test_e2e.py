@@ -144,15 +144,16 @@ def _check_seed(res: dict) -> None:
         # A full bucket plus its refill, while the clients were still starting calls (the
         # ramp-down after is not demand).
         assert openai["saturated"]["admitted_over_allowance"] >= 0.95, openai
-        # Anthropic has no public tokenizer: the limiter over-prices on purpose, so its
-        # utilisation is measured in its own tokens; the provider must still never refuse.
-        assert anthropic["saturated"]["limiter_admitted_over_allowance"] >= 0.95, anthropic
+        # Anthropic has no public tokenizer: the limiter over-prices its prompts on purpose and
+        # reconciles each request to the provider's own usage afterwards.
+        assert anthropic["saturated"]["admitted_over_allowance"] >= 0.95, anthropic
     else:
         # The limit in any 60 s: the busiest 60 s came within 5% of it (and never above, above).
         assert openai["busiest_60s"]["over_limit"] >= 0.95, openai
-        assert anthropic["busiest_60s"]["limiter_over_limiter_limit"] >= 0.95, anthropic
+        assert anthropic["busiest_60s"]["over_limit"] >= 0.95, anthropic
     # Exact agreement of the two independent counters on OpenAI text.
     assert openai["pricing"]["joined"] > 0 and openai["pricing"]["exact"] == openai["pricing"]["joined"], openai["pricing"]
+    # and never under-prices an Anthropic prompt.
     assert anthropic["pricing"]["limiter_minus_provider_min"] >= 0, anthropic["pricing"]
 
 

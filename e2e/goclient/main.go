@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -74,7 +75,7 @@ type options struct {
 	proxy, provider, model, key, tenant, priority, promptsPath, out, name string
 	workers, streamEvery, maxRetries                                      int
 	maxTokens                                                             int64
-	duration, timeout, pace                                               time.Duration
+	duration, timeout, pace, ramp                                         time.Duration
 	startAt                                                               float64
 	offset                                                                int
 }
@@ -100,6 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "start no call after this long")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "per-call timeout, retries included")
 	fs.DurationVar(&o.pace, "pace", 0, "time between the starts of a worker's calls (0: back to back)")
+	fs.DurationVar(&o.ramp, "ramp", 0, "each worker starts after a random delay up to this")
 	fs.Float64Var(&o.startAt, "start-at", 0, "Unix time to start at (0: now), to start processes together")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -152,6 +154,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
+			if o.ramp > 0 {
+				select {
+				case <-time.After(rand.N(o.ramp)):
+				case <-ctx.Done():
+				}
+			}
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				tCall := time.Now()
 				idx := (o.offset + w*5 + i) % len(pf.Prompts)
