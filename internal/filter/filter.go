@@ -64,6 +64,10 @@ type Options struct {
 	// Breaker is the circuit breaker in front of Limiter. Default: NewBreaker with its defaults,
 	// logging to Logger.
 	Breaker *Breaker
+	// StoreTimeout, when positive, bounds each store call whatever the client does inside it
+	// (waiting for a pooled connection, dialling, asking a Sentinel, following redirections), so
+	// that a Check never waits for the store longer than this. Default: no bound but ctx's.
+	StoreTimeout time.Duration
 }
 
 // Filter answers ext_authz Check requests. It is safe for concurrent use.
@@ -295,7 +299,13 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (buck
 		return bucket.Result{}, errBreakerOpen
 	}
 	t0 := f.opts.Now()
-	res, err := f.opts.Limiter.Take(ctx, req)
+	sctx := ctx
+	if f.opts.StoreTimeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, f.opts.StoreTimeout)
+		defer cancel()
+	}
+	res, err := f.opts.Limiter.Take(sctx, req)
 	f.m.store("take", f.opts.Now().Sub(t0), err)
 	f.opts.Breaker.done(ctx, probe, err)
 	f.degraded.Store(err != nil)
@@ -328,7 +338,12 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 	} else {
 		reason := storeReason(ctx, err)
 		f.m.error(reason)
-		f.log.Warn("store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
+		// Failures before the breaker opens are warnings; a failed probe of an open breaker is not.
+		lvl := zap.WarnLevel
+		if f.opts.Breaker.State() != "closed" {
+			lvl = zap.DebugLevel
+		}
+		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
 	}
 	switch p.Config.File.Failure.Mode {
 	case "allow":
