@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -101,6 +102,8 @@ type Server struct {
 	storeUp  prometheus.Gauge
 	reloads  *prometheus.CounterVec
 	breaker  *filter.Breaker
+	// cluster is the Redis Cluster client, reloaded while the breaker is open; nil otherwise.
+	cluster *redis.ClusterClient
 }
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
@@ -150,6 +153,7 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		}
 		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
 		s.closer = client.Close
+		s.cluster, _ = client.(*redis.ClusterClient)
 		fallback = bucket.NewMemory(bucket.MemoryOptions{})
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
@@ -163,6 +167,9 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		Logger:   log,
 		Metrics:  filter.NewMetrics(s.reg),
 		Breaker:  s.breaker,
+		// Dial, write and read each have the Redis timeout; a Check waits for the store at most
+		// twice that, pool waits, Sentinel look-ups and redirections included.
+		StoreTimeout: 2 * o.RedisTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -302,14 +309,22 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
-// watchStore pings the store every second: the service becomes ready once the store answered,
-// and llm_ratelimit_store_up follows it. During a later outage the service stays ready so that
-// its failure policy (not Envoy's) decides.
+// watchStore pings the store every second (every 250ms while the breaker is open): the service
+// becomes ready once the store answered, and llm_ratelimit_store_up follows it. During a later
+// outage the service stays ready so that its failure policy (not Envoy's) decides, and a
+// successful ping lets the breaker probe at once. On Redis Cluster, an open breaker also reloads
+// the slot map: go-redis does so on MOVED, but not when a dead master stops answering and its
+// replica takes over.
 func (s *Server) watchStore(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTimer(0)
 	defer t.Stop()
+	<-t.C
 	for {
+		open := s.breaker.State() != "closed"
 		pctx, cancel := context.WithTimeout(ctx, max(s.opts.RedisTimeout*4, 200*time.Millisecond))
+		if open && s.cluster != nil {
+			s.cluster.ReloadState(pctx)
+		}
 		err := s.store.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
@@ -327,6 +342,11 @@ func (s *Server) watchStore(ctx context.Context) {
 			if !s.ready.Load() {
 				s.log.Warn("store not reachable yet", zap.Error(err))
 			}
+		}
+		if open {
+			t.Reset(250 * time.Millisecond)
+		} else {
+			t.Reset(time.Second)
 		}
 		select {
 		case <-ctx.Done():
