@@ -32,7 +32,7 @@ type Server struct {
 	// tokens generated) instead of the prompt plus the reserved output: a provider that bills
 	// actual usage, against which reconciliation is measured.
 	ChargeActual bool
-	Now           func() time.Time
+	Now          func() time.Time
 
 	seq atomic.Int64
 }
