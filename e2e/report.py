@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
-REPORT_DIR = Path(__file__).resolve().parent / "report"
+# E2E_REPORT_DIR moves it: each pytest session empties it at its start, so two sessions run at
+# once (two engineers on one machine) need one each.
+REPORT_DIR = Path(os.environ.get("E2E_REPORT_DIR") or Path(__file__).resolve().parent / "report").resolve()
 
 
 def admissions(records: list[dict], provider: str, key_prefix: str | None = None) -> list[tuple[float, int]]:
