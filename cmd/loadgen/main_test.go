@@ -8,6 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
@@ -99,5 +104,32 @@ func TestRequests(t *testing.T) {
 	}
 	if _, err := parseSizes("0k"); err == nil {
 		t.Error("parseSizes(0k): no error")
+	}
+}
+
+// TestOutcome checks the tool's partial reading of answers against real ones.
+func TestOutcome(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		resp               *authv3.CheckResponse
+		status, httpStatus int64
+	}{
+		{okResponse, 0, 0},
+		{&authv3.CheckResponse{Status: &rpcstatus.Status{Code: 8}, HttpResponse: &authv3.CheckResponse_DeniedResponse{
+			DeniedResponse: &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: 429}, Body: "{}"}}}, 8, 429},
+		{&authv3.CheckResponse{Status: &rpcstatus.Status{Code: 14}, HttpResponse: &authv3.CheckResponse_DeniedResponse{
+			DeniedResponse: &authv3.DeniedHttpResponse{Status: &typev3.HttpStatus{Code: 503}}}}, 14, 503},
+	} {
+		b, err := proto.Marshal(tc.resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o outcome
+		if err := (rawCodec{}).Unmarshal(b, &o); err != nil || o.status != tc.status || o.httpStatus != tc.httpStatus {
+			t.Errorf("%v: %+v, %v; want %d %d", tc.resp, o, err, tc.status, tc.httpStatus)
+		}
+	}
+	if err := (&outcome{}).parse([]byte{0x0a, 0x05}); err == nil {
+		t.Error("truncated answer: no error")
 	}
 }
