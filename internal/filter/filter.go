@@ -81,6 +81,8 @@ type Filter struct {
 	held     atomic.Int64
 	routes   routeCache
 	degraded atomic.Bool
+	// replicas is the number of live replicas last discovered through the store; 0: unknown.
+	replicas atomic.Int64
 }
 
 var _ authv3.AuthorizationServer = (*Filter)(nil)
@@ -127,6 +129,19 @@ func (f *Filter) Policy() *Policy { return f.policy.Load() }
 
 // Degraded reports whether the last store call failed (the store is considered unreachable).
 func (f *Filter) Degraded() bool { return f.degraded.Load() }
+
+// SetReplicas records the number of live replicas discovered through the store (a heartbeat
+// while it is up). In failure.mode local, each replica then enforces limit / n; until a first
+// discovery (n <= 0), failure.replicas applies.
+func (f *Filter) SetReplicas(n int) { f.replicas.Store(int64(n)) }
+
+// localReplicas is the number of replicas that share a limit in local mode.
+func (f *Filter) localReplicas(p *Policy) int {
+	if n := f.replicas.Load(); n > 0 {
+		return int(n)
+	}
+	return p.Config.File.Failure.Replicas
+}
 
 // request is the parsed view of a CheckRequest that a decision needs.
 type request struct {
@@ -354,7 +369,7 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		}
 		local := pl.enforced
 		local.MaxWait = 0
-		local.Buckets = localShare(scaleDown(local.Buckets, p.Config.File.Failure.Replicas))
+		local.Buckets = localShare(scaleDown(local.Buckets, f.localReplicas(p)))
 		res, lerr := f.opts.Fallback.Take(ctx, &local)
 		if lerr != nil {
 			break

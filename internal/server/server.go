@@ -104,6 +104,8 @@ type Server struct {
 	breaker  *filter.Breaker
 	// cluster is the Redis Cluster client, reloaded while the breaker is open; nil otherwise.
 	cluster *redis.ClusterClient
+	// replicas discovers the live replicas through Redis; nil with the in-memory store.
+	replicas *replicas
 }
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
@@ -154,6 +156,7 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
 		s.closer = client.Close
 		s.cluster, _ = client.(*redis.ClusterClient)
+		s.replicas = newReplicas(client, o.RedisPrefix, s.reg, log)
 		fallback = bucket.NewMemory(bucket.MemoryOptions{})
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
@@ -305,6 +308,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		admin.Shutdown(sctx) //nolint:errcheck // best effort at exit
 		cancel()
 	}
+	if s.replicas != nil {
+		s.replicas.leave()
+	}
 	s.log.Info("stopped")
 	return err
 }
@@ -326,6 +332,11 @@ func (s *Server) watchStore(ctx context.Context) {
 			s.cluster.ReloadState(pctx)
 		}
 		err := s.store.Ping(pctx)
+		if err == nil && s.replicas != nil {
+			if n := s.replicas.beat(pctx); n > 0 {
+				s.filter.SetReplicas(n)
+			}
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return
