@@ -45,6 +45,7 @@ type sample struct {
 	at       time.Time // when it was sent
 	took     time.Duration
 	decision string
+	cost     float64 // tokens debited (the decision's cost), 0 for an RPC error
 	err      error
 }
 
@@ -59,6 +60,12 @@ type load struct {
 
 func startLoad(t *testing.T, p *proc, workers int) *load {
 	t.Helper()
+	return startLoadOf(t, p, workers, chatRequest("gpt-4o", 10, nil))
+}
+
+// startLoadOf is startLoad sending req.
+func startLoadOf(t *testing.T, p *proc, workers int, req *authv3.CheckRequest) *load {
+	t.Helper()
 	client := authv3.NewAuthorizationClient(p.dial(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{stop: cancel}
@@ -66,7 +73,6 @@ func startLoad(t *testing.T, p *proc, workers int) *load {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			req := chatRequest("gpt-4o", 10, nil)
 			for ctx.Err() == nil {
 				start := time.Now()
 				// Envoy's ext_authz timeout.
@@ -79,6 +85,7 @@ func startLoad(t *testing.T, p *proc, workers int) *load {
 				s := sample{at: start, took: time.Since(start), err: err}
 				if err == nil {
 					s.decision = resp.GetDynamicMetadata().GetFields()["decision"].GetStringValue()
+					s.cost = resp.GetDynamicMetadata().GetFields()["cost"].GetNumberValue()
 				}
 				l.mu.Lock()
 				l.samples = append(l.samples, s)
