@@ -363,3 +363,20 @@ func TestStoreFailurePolicies(t *testing.T) {
 		})
 	}
 }
+
+// The reset format is OpenAI's, and never shorter than the wait it describes.
+func TestResetString(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0:                                     "0s",
+		-time.Second:                          "0s",
+		28*time.Millisecond + 100:             "29ms",
+		time.Second:                           "1s",
+		6 * time.Minute:                       "6m0s",
+		54*time.Second + 480*time.Millisecond: "54.48s",
+	} {
+		if got := resetString(d); got != want {
+			t.Errorf("resetString(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

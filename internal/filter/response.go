@@ -43,12 +43,13 @@ func header(k, v string) *corev3.HeaderValueOption {
 }
 
 // resetString formats a duration as OpenAI's x-ratelimit-reset-* headers do ("1s", "6m0s",
-// "20ms"): Go's duration format, to the millisecond, rounded up.
+// "20ms"): Go's duration format, to the millisecond, rounded up like retry-after-ms, so that
+// a client waiting what the message says is never early.
 func resetString(d time.Duration) string {
 	if d <= 0 {
 		return "0s"
 	}
-	return d.Round(time.Millisecond).String()
+	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
 }
 
 // headers are the x-ratelimit headers of an answer: for tokens and for requests, the limit,
