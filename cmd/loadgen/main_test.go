@@ -33,7 +33,8 @@ func TestSmoke(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errOut bytes.Buffer
-			args := append([]string{"-c", "4", "-d", "700ms", "-warmup", "100ms", "-distinct", "64", "-deny", "0.2"}, tc.args...)
+			// Deadlines far above any latency: errors here are failures, not a slow machine.
+			args := append([]string{"-c", "4", "-d", "700ms", "-warmup", "100ms", "-distinct", "64", "-deny", "0.2", "-timeout", "20s", "-redis-timeout", "5s"}, tc.args...)
 			if err := run(context.Background(), args, &out, &errOut); err != nil {
 				t.Fatalf("loadgen %v: %v\n%s", args, err, errOut.String())
 			}
