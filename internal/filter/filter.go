@@ -456,7 +456,7 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, resp *a
 			fields = append(fields, zap.String("estimate_reason", string(est.Reason)))
 		}
 		if pl != nil {
-			fields = append(fields, zap.String("rules", pl.ruleNames()), zap.String("tenant", safeLabel(pl.tenant)))
+			fields = append(fields, zap.String("rules", pl.ruleNames()), zap.String("tenant_hash", tenantHash(pl.tenant)))
 			if b := pl.blocking(); b != "" {
 				fields = append(fields, zap.String("limit", b))
 			}
