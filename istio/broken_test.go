@@ -79,6 +79,9 @@ func TestBrokenEnvoyFilterPayloads(t *testing.T) {
 		`patch 1 (HTTP_ROUTE): typed_per_filter_config key "envoy.ext_authz" is not Istio's ext_authz filter`,
 		`patch 2 (LISTENER): value is not a valid envoy.config.listener.v3.Listener`,
 		`patch 3 (HTTP_ROUTE): envoy.filters.http.ext_authz config is not an ExtAuthzPerRoute`,
+		`patch 4 (HTTP_FILTER): value is not a valid envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter`,
+		`patch 5 (HTTP_FILTER): the ext_proc filter must come after ext_authz`,
+		`patch 6 (VIRTUAL_HOST): envoy.filters.http.ext_proc config is not an ExtProcPerRoute`,
 	}
 	if len(errs) != len(wants) {
 		t.Errorf("want %d errors, got %d: %v", len(wants), len(errs), errs)
@@ -88,6 +91,7 @@ func TestBrokenEnvoyFilterPayloads(t *testing.T) {
 	}
 	wantErr(t, errs, `unknown field "check_setting"`)
 	wantErr(t, errs, `unknown field "per_connection_buffer_limit"`)
+	wantErr(t, errs, `unknown field "observability"`)
 }
 
 func TestBrokenLimitsFile(t *testing.T) {
@@ -245,6 +249,34 @@ func TestBrokenCrossChecks(t *testing.T) {
 		{"egress route limit differs from envoy.yaml", egress, "route openai-embeddings: context_extensions", func(o []object, _ *mesh) {
 			setExt(envoyFilters(o)[0].Spec.ConfigPatches[2], "tokens_per_minute", "999")
 		}},
+		{"egress response path on another cluster", egress, `cluster "outbound|9001||ext-authz.default.svc.cluster.local" is not Istio's cluster of the mesh provider`, func(o []object, _ *mesh) {
+			extProcConfig(envoyFilters(o)[0].Spec.ConfigPatches[3]).Fields["grpc_service"].GetStructValue().
+				Fields["envoy_grpc"].GetStructValue().Fields["cluster_name"] = structString("outbound|9001||ext-authz.default.svc.cluster.local")
+		}},
+		{"egress provider moved, response path left behind", egress, `is not Istio's cluster of the mesh provider "outbound|9002||`, func(o []object, m *mesh) {
+			find[*corev1.Service](o)[0].Spec.Ports[0].Port = 9002
+			m.Provider.Port = 9002
+		}},
+		{"egress response path holds responses", egress, "settings differ from envoy/envoy.yaml's ext_proc filter", func(o []object, _ *mesh) {
+			extProcConfig(envoyFilters(o)[0].Spec.ConfigPatches[3]).Fields["observability_mode"] = structpb.NewBoolValue(false)
+		}},
+		{"egress response path without the reservation", egress, "settings differ from envoy/envoy.yaml's ext_proc filter", func(o []object, _ *mesh) {
+			delete(extProcConfig(envoyFilters(o)[0].Spec.ConfigPatches[3]).Fields, "metadata_options")
+		}},
+		{"egress without the response path", egress, "want one EnvoyFilter patch adding the ext_proc filter", func(o []object, _ *mesh) {
+			ps := envoyFilters(o)[0].Spec.ConfigPatches
+			envoyFilters(o)[0].Spec.ConfigPatches = append(ps[:3:3], ps[4:]...)
+		}},
+		{"egress response path never enabled for anthropic", egress, "no VIRTUAL_HOST patch enables it on api.anthropic.com:80", func(o []object, _ *mesh) {
+			envoyFilters(o)[0].Spec.ConfigPatches = envoyFilters(o)[0].Spec.ConfigPatches[:5]
+		}},
+		{"ambient response path disabled by default", ambient, "the ext_proc filter is disabled by default", func(o []object, _ *mesh) {
+			envoyFilters(o)[0].Spec.ConfigPatches[2].Patch.Value.Fields["disabled"] = structpb.NewBoolValue(true)
+		}},
+		{"ambient response path on another cluster", ambient, "is not Istio's cluster of the mesh provider", func(o []object, _ *mesh) {
+			extProcConfig(envoyFilters(o)[0].Spec.ConfigPatches[2]).Fields["grpc_service"].GetStructValue().
+				Fields["envoy_grpc"].GetStructValue().Fields["cluster_name"] = structString("ext_authz")
+		}},
 		{"ambient policy by selector", ambient, "no targetRefs", func(o []object, _ *mesh) {
 			find[*clisecurityv1.AuthorizationPolicy](o)[0].Spec.TargetRefs = nil
 		}},
@@ -276,3 +308,8 @@ func setExt(cp *apinetworking.EnvoyFilter_EnvoyConfigObjectPatch, key, value str
 }
 
 func structString(s string) *structpb.Value { return structpb.NewStringValue(s) }
+
+// extProcConfig is the ExternalProcessor (typed_config) of an HTTP_FILTER patch.
+func extProcConfig(cp *apinetworking.EnvoyFilter_EnvoyConfigObjectPatch) *structpb.Struct {
+	return cp.GetPatch().GetValue().GetFields()["typed_config"].GetStructValue()
+}

@@ -20,6 +20,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -41,6 +42,9 @@ const (
 	// extAuthzFilter is the name Istio gives the ext_authz HTTP filter it generates for a CUSTOM
 	// AuthorizationPolicy; typed_per_filter_config must use the same key.
 	extAuthzFilter = "envoy.filters.http.ext_authz"
+	// extProcFilter is the name of the ext_proc HTTP filter, in envoy.yaml and the EnvoyFilters;
+	// typed_per_filter_config must use the same key.
+	extProcFilter = "envoy.filters.http.ext_proc"
 	// envoyDefaultBuffer is Envoy's per_connection_buffer_limit_bytes when nothing sets it.
 	envoyDefaultBuffer = 1 << 20
 	// oneRead is the margin the listener buffer needs above max_request_bytes: ext_authz asks once
@@ -418,6 +422,12 @@ type patch struct {
 	Ext map[string]string
 	// ExtAuthz is the ext_authz filter config of an HTTP_FILTER patch (nil when none).
 	ExtAuthz *extauthzv3.ExtAuthz
+	// ExtProc is the ext_proc filter an HTTP_FILTER patch inserts (nil when none), and
+	// ExtProcDisabled its HttpFilter.disabled (off unless a route or virtual host enables it).
+	ExtProc         *extprocv3.ExternalProcessor
+	ExtProcDisabled bool
+	// ExtProcEnabled is true for a VIRTUAL_HOST patch whose ExtProcPerRoute enables ext_proc.
+	ExtProcEnabled bool
 }
 
 // envoyType returns the Envoy message an EnvoyFilter patch value must parse as.
@@ -474,12 +484,48 @@ func decodePatches(efs []*clinetworkingv1alpha3.EnvoyFilter) ([]patch, []error) 
 			if f, ok := msg.(*hcmv3.HttpFilter); ok && f.GetTypedConfig() != nil {
 				sub := cp.GetMatch().GetListener().GetFilterChain().GetFilter().GetSubFilter().GetName()
 				var ea extauthzv3.ExtAuthz
-				if err := f.GetTypedConfig().UnmarshalTo(&ea); err != nil {
-					errs = append(errs, fmt.Errorf("%s: typed_config is not an ExtAuthz: %w", where, err))
-				} else if sub != extAuthzFilter {
-					errs = append(errs, fmt.Errorf("%s: ExtAuthz patch matches sub-filter %q, not Istio's %q", where, sub, extAuthzFilter))
-				} else {
-					p.ExtAuthz = &ea
+				var ep extprocv3.ExternalProcessor
+				switch {
+				case f.GetTypedConfig().MessageIs(&ea):
+					if err := f.GetTypedConfig().UnmarshalTo(&ea); err != nil {
+						errs = append(errs, fmt.Errorf("%s: typed_config is not an ExtAuthz: %w", where, err))
+					} else if sub != extAuthzFilter {
+						errs = append(errs, fmt.Errorf("%s: ExtAuthz patch matches sub-filter %q, not Istio's %q", where, sub, extAuthzFilter))
+					} else {
+						p.ExtAuthz = &ea
+					}
+				case f.GetTypedConfig().MessageIs(&ep):
+					// Responses pass the filters in reverse: after ext_authz, ext_proc reads the
+					// provider's rate-limit headers before ext_authz overwrites them, and the
+					// ext_authz metadata (the reservation) exists when it forwards it.
+					switch {
+					case f.GetName() != extProcFilter:
+						errs = append(errs, fmt.Errorf("%s: ext_proc filter named %q, not %q (the typed_per_filter_config key)", where, f.GetName(), extProcFilter))
+					case cp.GetPatch().GetOperation() != apinetworking.EnvoyFilter_Patch_INSERT_AFTER || sub != extAuthzFilter:
+						errs = append(errs, fmt.Errorf("%s: the ext_proc filter must come after ext_authz (INSERT_AFTER sub-filter %s), got %s %q", where, extAuthzFilter, cp.GetPatch().GetOperation(), sub))
+					default:
+						if err := f.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+							errs = append(errs, fmt.Errorf("%s: typed_config is not an ExternalProcessor: %w", where, err))
+						} else {
+							p.ExtProc, p.ExtProcDisabled = &ep, f.GetDisabled()
+						}
+					}
+				default:
+					errs = append(errs, fmt.Errorf("%s: typed_config %s is neither an ExtAuthz nor an ExternalProcessor", where, f.GetTypedConfig().GetTypeUrl()))
+				}
+			}
+			if vh, ok := msg.(*routev3.VirtualHost); ok {
+				for name, a := range vh.GetTypedPerFilterConfig() {
+					if name != extProcFilter {
+						errs = append(errs, fmt.Errorf("%s: typed_per_filter_config key %q is not the ext_proc filter %q", where, name, extProcFilter))
+						continue
+					}
+					var per extprocv3.ExtProcPerRoute
+					if err := a.UnmarshalTo(&per); err != nil {
+						errs = append(errs, fmt.Errorf("%s: %s config is not an ExtProcPerRoute: %w", where, name, err))
+						continue
+					}
+					p.ExtProcEnabled = !per.GetDisabled()
 				}
 			}
 			if r, ok := msg.(*routev3.Route); ok {
@@ -724,7 +770,11 @@ func checkEgressGateway(objs []object, patches []patch) []error {
 		}
 	}
 
-	// EnvoyFilter: on the gateway; route patches name routes the gateway really builds.
+	// EnvoyFilter: on the gateway; route and virtual host patches name routes and virtual hosts
+	// the gateway really builds.
+	var extProc *extprocv3.ExternalProcessor
+	var extProcDisabled bool
+	extProcOn := map[string]bool{}
 	for _, p := range patches {
 		ef := p.Filter
 		if ef.Namespace != gw.Namespace || !sameMap(ef.Spec.GetWorkloadSelector().GetLabels(), selector) {
@@ -733,7 +783,10 @@ func checkEgressGateway(objs []object, patches []patch) []error {
 		if p.Patch.GetMatch().GetContext() != apinetworking.EnvoyFilter_GATEWAY {
 			bad("EnvoyFilter %s: patch context %s, want GATEWAY", ef.Name, p.Patch.GetMatch().GetContext())
 		}
-		if p.Patch.GetApplyTo() != apinetworking.EnvoyFilter_HTTP_ROUTE {
+		if p.ExtProc != nil {
+			extProc, extProcDisabled = p.ExtProc, p.ExtProcDisabled
+		}
+		if a := p.Patch.GetApplyTo(); a != apinetworking.EnvoyFilter_HTTP_ROUTE && a != apinetworking.EnvoyFilter_VIRTUAL_HOST {
 			continue
 		}
 		vh := p.Patch.GetMatch().GetRouteConfiguration().GetVhost()
@@ -743,8 +796,27 @@ func checkEgressGateway(objs []object, patches []patch) []error {
 			bad("EnvoyFilter %s: vhost %q is not <host>:<port> of a Gateway %s server: the patch would match nothing", ef.Name, vh.GetName(), gw.Name)
 			continue
 		}
+		if p.Patch.GetApplyTo() == apinetworking.EnvoyFilter_VIRTUAL_HOST {
+			if vh.GetRoute() != nil {
+				bad("EnvoyFilter %s: a VIRTUAL_HOST patch matching a route", ef.Name)
+			}
+			if p.ExtProcEnabled {
+				extProcOn[vh.GetName()] = true
+			}
+			continue
+		}
 		if r := vh.GetRoute().GetName(); !slices.Contains(gatewayRoutes[host], r) {
 			bad("EnvoyFilter %s: route %q is not a gateway route of %s (have %q): the patch would match nothing", ef.Name, r, host, gatewayRoutes[host])
+		}
+	}
+	// The response path: a filter off by default must be on for every provider's virtual host.
+	if extProc != nil && extProcDisabled {
+		for _, s := range servers {
+			for _, h := range s.hosts {
+				if vh := fmt.Sprintf("%s:%d", h, s.port); slices.Contains(providerHosts, h) && !extProcOn[vh] {
+					bad("the ext_proc filter is disabled by default and no VIRTUAL_HOST patch enables it on %s: its responses would never be reconciled", vh)
+				}
+			}
 		}
 	}
 	return errs
@@ -855,6 +927,9 @@ func checkAmbient(objs []object, patches []patch) []error {
 		}
 		if p.Patch.GetMatch().GetContext() != apinetworking.EnvoyFilter_SIDECAR_INBOUND {
 			bad("EnvoyFilter %s: a waypoint applies patches in context SIDECAR_INBOUND, not %s", ef.Name, p.Patch.GetMatch().GetContext())
+		}
+		if p.ExtProc != nil && p.ExtProcDisabled {
+			bad("EnvoyFilter %s: the ext_proc filter is disabled by default, and the waypoint's virtual hosts (inbound|http|<port>) are shared by every ServiceEntry: enable it on the filter", ef.Name)
 		}
 		switch p.Patch.GetApplyTo() {
 		case apinetworking.EnvoyFilter_LISTENER, apinetworking.EnvoyFilter_HTTP_FILTER:
