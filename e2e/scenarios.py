@@ -423,7 +423,10 @@ def edges(workdir: Path) -> dict:
     try:
         stack.up()
         hc = lambda: openai.DefaultHttpx2Client(proxy=stack.proxy, trust_env=False)  # noqa: E731
-        oa = openai.OpenAI(api_key="sk-edges", base_url="http://api.openai.com/v1", max_retries=0, http_client=hc())
+        # The SDKs' own retries (two) as in an application: a 503 from a store that stalled on a
+        # busy machine is retried; the 429 and 413 checks below read the first answer anyway.
+        oa = openai.OpenAI(api_key="sk-edges", base_url="http://api.openai.com/v1", max_retries=2, http_client=hc())
+        oa0 = openai.OpenAI(api_key="sk-edges", base_url="http://api.openai.com/v1", max_retries=0, http_client=hc())
         raw = httpx2.Client(proxy=stack.proxy, trust_env=False, timeout=30)
         text = " ".join(p["user"] for p in h.prompts())
 
@@ -501,7 +504,7 @@ def edges(workdir: Path) -> dict:
         statuses, message = [], ""
         for _ in range(30):
             try:
-                oa.embeddings.create(model="text-embedding-3-small", input=ids)
+                oa0.embeddings.create(model="text-embedding-3-small", input=ids)
                 statuses.append(200)
             except openai.RateLimitError as ex:
                 statuses.append(429)

@@ -13,9 +13,9 @@ import openai
 
 
 def main(proxy: str) -> None:
-    oa = openai.OpenAI(api_key="sk-edges-stream", base_url="http://api.openai.com/v1", max_retries=0,
+    oa = openai.OpenAI(api_key="sk-edges-stream", base_url="http://api.openai.com/v1", max_retries=2,
                        http_client=openai.DefaultHttpx2Client(proxy=proxy, trust_env=False))
-    an = anthropic.Anthropic(api_key="sk-edges-stream", base_url="http://api.anthropic.com", max_retries=0,
+    an = anthropic.Anthropic(api_key="sk-edges-stream", base_url="http://api.anthropic.com", max_retries=2,
                              http_client=anthropic.DefaultHttpxClient(proxy=proxy, trust_env=False))
     t0 = time.time()
     times, usage = [], None
