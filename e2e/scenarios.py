@@ -3,12 +3,11 @@ provider, Envoy on the derived config), drives it with the official SDKs in seve
 and returns the measurements that the tests in test_e2e.py assert on. Each writes
 e2e/report/<scenario>.json (and a chart for the load scenarios).
 
-The provider. Admission reserves the prompt plus max_tokens, and the shipped envoy.yaml's response
-path (ext_proc) refunds the unused part from the usage the provider reports. The seed scenario's
-mock therefore bills actual usage (-charge actual; Anthropic documents this for output tokens).
-Against a provider that keeps max_tokens counted up front (the mock's default, -charge reserved,
-what OpenAI describes), the refunds let the limiter admit more than the provider will, as the
-project README says under Reconciliation.
+The provider. Admission reserves the prompt plus max_tokens, which is how OpenAI describes its
+own limit counting a request up front; the mock's default (-charge reserved) counts the same way,
+and the limiter's rules keep their reservations (refund is off by default), so the two budgets
+describe the same thing. Reconciliation against a provider that bills actual usage is proven in
+test_reconcile.py.
 
 Limits and margins. The limiter is configured 2% below the mock provider's own limit, in both
 modes. Two gaps need it: the time between the limiter's debit (Redis TIME) and the mock's
@@ -165,12 +164,10 @@ def seed(mode: str, workdir: Path, duration: float = 75.0) -> dict:
     # an operator spreads them with retry_jitter (up to 10% more wait), as done here.
     jitter = 0.1 if mode == "sliding_window" else 0
     stack = h.Stack(name, workdir / name, limits_yaml(rules, retry_jitter=jitter),
-                    # The provider bills the tokens an answer really uses (-charge actual), as
-                    # Anthropic documents for output tokens: the shipped envoy.yaml reconciles
-                    # each reservation to the usage the provider reports (ext_proc), so that is
-                    # the provider the limiter is built to mirror. See the module doc.
+                    # The provider counts prompt plus max_tokens up front, as OpenAI describes its
+                    # limit; the limiter keeps its reservations likewise. See the module doc.
                     ["-mode", mock_mode, "-openai-tpm", str(limit_o), "-anthropic-tpm", str(limit_a),
-                     "-latency", "300ms", "-completion-tokens", "12", "-charge", "actual"])
+                     "-latency", "300ms", "-completion-tokens", "12"])
     try:
         stack.up()
         # A sliding window answers Retry-After with the time until the oldest admission leaves it
@@ -319,8 +316,7 @@ def tenants(workdir: Path, duration: float = 40.0) -> dict:
     per: [tenant]
     tokens: {{limit: {share}, period: minute}}"""
     stack = h.Stack(name, workdir / name, limits_yaml(rules, tenant="{source: header, header: x-tenant-id, default: default}"),
-                    ["-mode", "token_bucket", "-openai-tpm", "40000", "-latency", "300ms", "-completion-tokens", "12",
-                     "-charge", "actual"])
+                    ["-mode", "token_bucket", "-openai-tpm", "40000", "-latency", "300ms", "-completion-tokens", "12"])
     try:
         stack.up()
         python = [{"key": "sk-tenant-flood", "tenant": "flood", "threads": 6, "max_tokens": 256, "model": OPENAI_MODEL}]
@@ -367,7 +363,7 @@ def priority(workdir: Path, duration: float = 40.0) -> dict:
     prio = "{header: x-llm-priority, default: interactive, classes: {interactive: {floor: 0}, batch: {floor: 0.3}}}"
     stack = h.Stack(name, workdir / name, limits_yaml(rules, priority=prio),
                     ["-mode", "token_bucket", "-openai-tpm", str(int(limit / MARGIN)), "-latency", "300ms",
-                     "-completion-tokens", "12", "-charge", "actual"])
+                     "-completion-tokens", "12"])
     try:
         stack.up()
         python = [{"key": "sk-prio-batch", "priority": "batch", "threads": 6, "max_tokens": 256, "model": OPENAI_MODEL}]

@@ -52,6 +52,9 @@ type Rule struct {
 	Concurrent *Limit
 	// Feedback: the provider's reports lower the rule's token bucket.
 	Feedback bool
+	// Refund: the unused part of the rule's token reservation is given back from the usage the
+	// response reports.
+	Refund bool
 }
 
 // DefaultLeaseTTL is a lease's time to live when a rule names none: envoy.yaml's route timeout.
@@ -197,6 +200,7 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		MaxWait:  time.Duration(r.MaxWait),
 		Shadow:   r.Shadow,
 		Feedback: r.ProviderFeedback,
+		Refund:   r.Refund,
 	}
 	switch r.Match.Provider {
 	case "", "openai", "azure", "anthropic", "*":
@@ -238,6 +242,14 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 	}
 	if r.ProviderFeedback && r.Tokens == nil {
 		bad("provider_feedback", "needs tokens: the provider's reports lower the token bucket")
+	}
+	if r.Refund && r.Tokens == nil {
+		bad("refund", "needs tokens: refunds give tokens back")
+	}
+	if r.Refund && r.Tokens != nil && r.Tokens.Algorithm == "sliding_window" {
+		// A refund must leave the sub-window the reservation was admitted in; any other one would
+		// under-count the window until it leaves it.
+		bad("refund", "a sliding window keeps its reservations: use token_bucket or quota to refund")
 	}
 	var err error
 	if r.Tokens != nil {

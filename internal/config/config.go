@@ -121,6 +121,12 @@ type RuleSpec struct {
 	// ProviderFeedback marks the rule's token bucket as a mirror of the provider's own limit: the
 	// provider's rate-limit headers lower it and a provider 429 pauses it.
 	ProviderFeedback bool `yaml:"provider_feedback"`
+	// Refund gives the unused part of a token reservation back when the response reports its
+	// usage (the response path, ext_proc). Only for a provider that bills actual usage (Anthropic
+	// adjusts output tokens at the end of a request); a provider that counts max_tokens up front
+	// (OpenAI describes its limit so) would then admit less than the limiter. Overage is charged
+	// whatever this says. Default false: the reservation stands, as the provider counted it.
+	Refund bool `yaml:"refund"`
 	// Shadow decides and counts but always allows (per-rule dry run).
 	Shadow bool `yaml:"shadow"`
 }

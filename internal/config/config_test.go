@@ -313,3 +313,20 @@ func TestMaxConcurrentAndFeedback(t *testing.T) {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
+
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("rules: [{name: a, tokens: {limit: 10, period: minute}, refund: true}, {name: b, tokens: {limit: 10, period: minute}}]\n"), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Rules[0].Refund || c.Rules[1].Refund {
+		t.Errorf("refund = %v, %v; want true, false (the default)", c.Rules[0].Refund, c.Rules[1].Refund)
+	}
+	_, err = Parse([]byte("rules: [{name: a, tokens: {limit: 10, period: minute, algorithm: sliding_window}, refund: true}, {name: b, requests: {limit: 1, period: second}, refund: true}]\n"), "r")
+	for _, want := range []string{"rules[0].refund: a sliding window keeps its reservations", "rules[1].refund: needs tokens"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}

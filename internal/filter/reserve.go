@@ -56,6 +56,7 @@ func (pl *plan) reservation(est *tokens.Estimate) *structpb.Value {
 		if i < len(pl.owners) {
 			b.Kind = pl.owners[i].kind
 			b.Feedback = b.Kind == kindTokens && pl.owners[i].rule.Feedback
+			b.Refund = b.Kind == kindTokens && pl.owners[i].rule.Refund
 		}
 	}
 	return structpb.NewStringValue(reservation.Encode(&r))

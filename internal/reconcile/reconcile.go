@@ -216,6 +216,10 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 			d = b.Spec.Cost
 		case found && b.Kind == reservation.KindTokens:
 			d = b.Spec.Cost - u.Tokens()
+			if d > 0 && !b.Refund {
+				// The rule keeps its reservation (refund: false): only overage is charged.
+				d = 0
+			}
 		}
 		if d != 0 {
 			adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: d})

@@ -68,7 +68,7 @@ var (
 func (e *env) reserve(t *testing.T, feedback bool) *reservation.Reservation {
 	t.Helper()
 	r := &reservation.Reservation{Tag: "openai", Lease: "L1", Model: "gpt-4o", Prompt: 200, Output: 800, Buckets: []reservation.Bucket{
-		{Kind: reservation.KindTokens, Feedback: feedback, Spec: withCost(tpm, 1000)},
+		{Kind: reservation.KindTokens, Feedback: feedback, Refund: true, Spec: withCost(tpm, 1000)},
 		{Kind: reservation.KindRequests, Spec: withCost(rpm, 1)},
 		{Kind: reservation.KindConcurrency, Spec: withCost(live, 1)},
 	}}
@@ -258,5 +258,33 @@ func TestProvider429Pauses(t *testing.T) {
 		if err != nil || res.Outcome != bucket.Denied || res.Wait != 12*time.Second {
 			t.Errorf("%s: a request of the same cost: %+v %v, want denied for 12s", hdr[0], res, err)
 		}
+	}
+}
+
+// A rule without refund keeps its reservation when the answer uses less, and is still charged
+// when it uses more.
+func TestNoRefundKeepsTheReservation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		usage  string
+		tokens int64
+	}{
+		{"less", `{"usage":{"prompt_tokens":200,"completion_tokens":100,"total_tokens":300}}`, 9000},
+		{"more", `{"usage":{"prompt_tokens":200,"completion_tokens":1300,"total_tokens":1500}}`, 8500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			r := e.reserve(t, false)
+			r.Buckets[0].Refund = false
+			e.run(t, r, true, headers(":status", "200", "content-type", "application/json"), body(tc.usage, true))
+			if got := e.remaining(t, tpm); got != tc.tokens {
+				t.Errorf("tokens remaining %d, want %d", got, tc.tokens)
+			}
+			if got := e.remaining(t, live); got != 1 {
+				t.Errorf("in-flight slots %d, want 1", got)
+			}
+		})
 	}
 }

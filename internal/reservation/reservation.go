@@ -25,7 +25,9 @@ const (
 type Bucket struct {
 	Kind     byte
 	Feedback bool
-	Spec     bucket.Spec
+	// Refund is true when the unused part of the reservation may be given back.
+	Refund bool
+	Spec   bucket.Spec
 }
 
 // Reservation is what one admitted request holds.
@@ -49,7 +51,7 @@ const version = "r1"
 //	r1 TAG LEASE PROMPT OUTPUT MODEL {KIND ALG[f] LIMIT PERIOD_MS BURST COST NAME}...
 //
 // where ALG is t, s, d, m or c (token bucket, sliding window, daily or monthly quota,
-// concurrency), f marks feedback, '-' stands for an empty lease, and TAG, MODEL and NAME have
+// concurrency), then f marks feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
 // every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
 // releases ignore them.
 func Encode(r *Reservation) string {
@@ -80,6 +82,9 @@ func Encode(r *Reservation) string {
 		b.WriteByte(algCode(s))
 		if x.Feedback {
 			b.WriteByte('f')
+		}
+		if x.Refund {
+			b.WriteByte('u')
 		}
 		for _, v := range []int64{s.Limit, s.Period.Milliseconds(), s.Burst, s.Cost} {
 			b.WriteByte(' ')
@@ -133,6 +138,9 @@ func Decode(s string) (*Reservation, error) {
 		}
 		x.Kind = f[0][0]
 		alg := f[1]
+		if strings.HasSuffix(alg, "u") {
+			x.Refund, alg = true, alg[:len(alg)-1]
+		}
 		if strings.HasSuffix(alg, "f") {
 			x.Feedback, alg = true, alg[:len(alg)-1]
 		}

@@ -14,9 +14,9 @@ func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	r := &Reservation{Tag: "openai", Lease: "0123abcd", Model: "gpt 4o%\x00é", Prompt: 12, Output: 256,
 		Buckets: []Bucket{
-			{Kind: KindTokens, Feedback: true, Spec: bucket.Spec{Name: "openai-per-model:t|m6:gpt-4o", Limit: 40000, Period: time.Minute, Burst: 50000, Cost: 268}},
+			{Kind: KindTokens, Feedback: true, Refund: true, Spec: bucket.Spec{Name: "openai-per-model:t|m6:gpt-4o", Limit: 40000, Period: time.Minute, Burst: 50000, Cost: 268}},
 			{Kind: KindRequests, Spec: bucket.Spec{Name: "r", Algorithm: bucket.SlidingWindow, Limit: 5, Period: 1500 * time.Millisecond, Cost: 1}},
-			{Kind: KindTokens, Spec: bucket.Spec{Name: "q", Algorithm: bucket.Quota, Calendar: bucket.Month, Limit: 5e7, Cost: 268}},
+			{Kind: KindTokens, Refund: true, Spec: bucket.Spec{Name: "q", Algorithm: bucket.Quota, Calendar: bucket.Month, Limit: 5e7, Cost: 268}},
 			{Kind: KindTokens, Spec: bucket.Spec{Name: "d", Algorithm: bucket.Quota, Calendar: bucket.Day, Limit: 5e7, Cost: 268}},
 			{Kind: KindConcurrency, Spec: bucket.Spec{Name: "", Algorithm: bucket.Concurrency, Limit: 8, Period: 10 * time.Minute, Cost: 1}},
 		}}
