@@ -62,10 +62,11 @@ func (p *Proxy) SetTarget(target string) {
 func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 
 // SetMode switches the mode. Refuse and Blackhole drop the connections already open, so that
-// the fault applies to every connection at once.
+// the fault applies to every connection at once; leaving Blackhole drops the connections it
+// swallowed, which were never connected upstream.
 func (p *Proxy) SetMode(m Mode) {
-	p.mode.Store(int32(m))
-	if m != Pass {
+	old := Mode(p.mode.Swap(int32(m)))
+	if m != Pass || old == Blackhole {
 		p.DropAll()
 	}
 }
