@@ -28,8 +28,8 @@ func TestFaultSentinelFailover(t *testing.T) {
 		"-redis-timeout", faultTimeout.String())
 	l := startLoad(t, p, 4)
 	time.Sleep(time.Second)
-	killed := time.Now()
 	master.Kill()
+	killed := time.Now()
 	waitFor(t, 30*time.Second, "the replica's promotion", func() bool {
 		addr, err := sentinel.Client().Do(ctx, "SENTINEL", "get-master-addr-by-name", "main").StringSlice()
 		return err == nil && strings.Join(addr, ":") == replica.Addr()
@@ -128,8 +128,8 @@ func TestFaultClusterMigrationAndMasterKilled(t *testing.T) {
 	if replica == nil {
 		t.Fatalf("no replica of %s", to.Addr())
 	}
-	killed := time.Now()
 	to.Kill()
+	killed := time.Now()
 	waitFor(t, 30*time.Second, "the replica's promotion", func() bool {
 		info, _ := replica.Do(ctx, "INFO", "replication").(string)
 		return strings.Contains(info, "role:master")
