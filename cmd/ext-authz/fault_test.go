@@ -193,6 +193,17 @@ func checkPhase(t *testing.T, name string, s summary, decisions ...string) {
 	}
 }
 
+// mostly asserts that at least 90% of a phase's decisions are want. While the store is up, a
+// Check may still time out on a machine stalled by other jobs (the race detector, two shared
+// cores) and get the failure policy: that is the product working, so the healthy phases demand
+// a large majority, not all.
+func mostly(t *testing.T, name string, s summary, want string) {
+	t.Helper()
+	if s.n > 0 && float64(s.decisions[want]) < 0.9*float64(s.n) {
+		t.Errorf("%s: %d of %d decisions %q, want at least 90%%", name, s.decisions[want], s.n, want)
+	}
+}
+
 func contains(ss []string, s string) bool {
 	for _, x := range ss {
 		if x == s {
@@ -287,7 +298,8 @@ func recovered(t *testing.T, l *load, back time.Time) {
 	}
 	// A check already past the breaker when Redis came back may still fail; give it the timeout.
 	after := summarize(l.between(first.Add(faultBound), time.Now()))
-	checkPhase(t, "after recovery", after, "allowed")
+	checkPhase(t, "after recovery", after, "allowed", "unavailable", "local", "fail_open")
+	mostly(t, "after recovery", after, "allowed")
 }
 
 // Redis down when the service starts: NOT_SERVING (Envoy sends nothing), yet every Check is
@@ -331,7 +343,9 @@ func TestFaultRedisKilledAndRestartedEmpty(t *testing.T) {
 	redis.Restart()
 	time.Sleep(time.Second + faultBound)
 	l.end()
-	checkPhase(t, "before the kill", summarize(l.doneBefore(killing)), "allowed")
+	pre := summarize(l.doneBefore(killing))
+	checkPhase(t, "before the kill", pre, "allowed", "local")
+	mostly(t, "before the kill", pre, "allowed")
 	checkPhase(t, "redis killed", summarize(l.between(killed.Add(faultBound), back)), "local")
 	recovered(t, l, back)
 	m := scrapeMetrics(t, p)
