@@ -38,6 +38,7 @@ rules:
     tokens: {limit: 1500, period: hour}
     max_concurrent: 1
     lease_ttl: 1h
+    refund: true
 `)
 	redis := redistest.StartServer(t)
 	for _, tc := range []struct {
