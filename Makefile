@@ -3,7 +3,7 @@ GO       ?= go
 VENV     := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run build deps test ci fmt-check vet unit istio e2e bench clean
+.PHONY: run build deps test ci fmt-check vet unit istio e2e bench loadgen fuzz soak faults clean
 
 ## run: the service on its embedded default (in-memory store, example config); no Redis needed
 run:
@@ -42,6 +42,22 @@ e2e:
 ## bench: the Go benchmarks (figures go to docs/performance.md)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## loadgen: drive Check at concurrency 64 against the two floors (see docs/performance.md)
+loadgen:
+	$(GO) run ./cmd/loadgen
+
+## fuzz: the long FuzzCheck run (not in CI); FUZZTIME=30m by default
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime $${FUZZTIME:-30m} -parallel 1 ./internal/filter/
+
+## soak: the long soak (not in CI; make test runs a 2-minute one); SOAK=30m by default
+soak:
+	SOAK_DURATION=$${SOAK:-30m} $(GO) test -run '^TestSoak$$' -v -timeout 40m ./cmd/ext-authz/
+
+## faults: the Redis fault-injection tests alone, verbose (their figures are in docs/operations.md)
+faults:
+	$(GO) test -v -count=1 -run 'Fault|LocalFallback' ./cmd/ext-authz/
 
 clean:
 	rm -rf bin e2e/report
