@@ -243,8 +243,12 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 	defer cancel()
 	err := s.opts.Store.Adjust(ctx, r.Tag, adj)
 	if r.Lease != "" {
+		lerr := err
+		if err != nil {
+			lerr = s.release(r, adj)
+		}
 		s.m.leaseHeld(-1)
-		s.m.released(err)
+		s.m.released(lerr)
 	}
 	if err != nil {
 		s.m.error(reasonAdjustFailed)
@@ -256,6 +260,24 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),
 			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", u.Tokens()), zap.Int("status", st.rep.status))
 	}
+}
+
+// release retries, alone, the lease releases of a failed Adjust: a slot that stays taken costs the
+// whole fleet a place until lease_ttl, and releasing is idempotent (the refunds are not, so they are
+// never retried).
+func (s *Server) release(r *reservation.Reservation, adj []bucket.Adjustment) error {
+	leases := make([]bucket.Adjustment, 0, 1)
+	for _, a := range adj {
+		if a.Spec.Algorithm == bucket.Concurrency {
+			leases = append(leases, a)
+		}
+	}
+	if len(leases) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	return s.opts.Store.Adjust(ctx, r.Tag, leases)
 }
 
 // feedback lowers the provider_feedback buckets to what the provider reports, and pauses them

@@ -34,11 +34,18 @@ type env struct {
 	client extprocv3.ExternalProcessorClient
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith serves through wrap(store) when wrap is not nil.
+func newEnvWith(t *testing.T, wrap func(Store) Store) *env {
 	t.Helper()
 	clk := &clock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
 	store := bucket.NewMemory(bucket.MemoryOptions{Now: clk.Now})
-	srv, err := New(Options{Store: store})
+	var served Store = store
+	if wrap != nil {
+		served = wrap(store)
+	}
+	srv, err := New(Options{Store: served})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,5 +293,45 @@ func TestNoRefundKeepsTheReservation(t *testing.T) {
 				t.Errorf("in-flight slots %d, want 1", got)
 			}
 		})
+	}
+}
+
+// flaky fails its first Adjust, like a Redis timeout, and records every call.
+type flaky struct {
+	Store
+	mu    sync.Mutex
+	calls [][]bucket.Adjustment
+}
+
+func (f *flaky) Adjust(ctx context.Context, tag string, adj []bucket.Adjustment) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, adj)
+	n := len(f.calls)
+	f.mu.Unlock()
+	if n == 1 {
+		return errors.New("i/o timeout")
+	}
+	return f.Store.Adjust(ctx, tag, adj)
+}
+
+// A failed settlement retries the lease release alone: the slot is freed, the refund is not
+// retried (it may have been applied).
+func TestFailedSettlementStillReleasesTheLease(t *testing.T) {
+	t.Parallel()
+	var f *flaky
+	e := newEnvWith(t, func(s Store) Store { f = &flaky{Store: s}; return f })
+	r := e.reserve(t, false)
+	e.run(t, r, true, headers(":status", "200", "content-type", "application/json"),
+		body(`{"usage":{"prompt_tokens":200,"completion_tokens":100,"total_tokens":300}}`, true))
+	if got := e.remaining(t, live); got != 1 {
+		t.Errorf("in-flight slots %d, want 1: the lease was not released", got)
+	}
+	if got := e.remaining(t, tpm); got != 9000 {
+		t.Errorf("tokens remaining %d, want 9000: the failed refund must not be retried", got)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) != 2 || len(f.calls[1]) != 1 || f.calls[1][0].Spec.Algorithm != bucket.Concurrency {
+		t.Errorf("calls = %+v, want the full adjustment then the lease alone", f.calls)
 	}
 }
