@@ -175,7 +175,7 @@ def seed(mode: str, workdir: Path, duration: float = 75.0) -> dict:
         # more workers, most of them asleep (no CPU). A token bucket's waits are short.
         # Each worker then makes two or three calls in the run, so 3x the limit takes many more
         # workers: Go ones, whose calls cost a fraction of the CPU of Python's on these 2 cores.
-        py_threads, go_openai, go_anthropic = (4, 4, 6) if mode == "token_bucket" else (8, 110, 120)
+        py_threads, go_openai, go_anthropic = (4, 4, 6) if mode == "token_bucket" else (10, 160, 170)
         python = [{"key": f"sk-seed-py{i}", "threads": py_threads, "max_tokens": 256, "model": OPENAI_MODEL,
                    "stream_every": 3, "offset": 3 * i, "ramp": 3} for i in range(3)]
         # A call's deadline covers its retries, and a sliding window's Retry-After nears a minute.
