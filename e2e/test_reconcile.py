@@ -159,11 +159,12 @@ FB_DURATION = 40.0
 # what the outside consumer leaves even when the shared machine starves them, or the control
 # (feedback off) would see no 429 either.
 FB_LIMIT = 12000
-# The rule sits 5% below the provider's limit: between two reports the outside consumer keeps
-# spending, and the margin is what absorbs it (here 600 tokens, 2 s of the outside consumer's
+# The rule sits 8% below the provider's limit: between two reports the outside consumer keeps
+# spending, and the margin is what absorbs it (here 960 tokens, 3 s of the outside consumer's
 # use). At 2% (sc.MARGIN) the limiter still never takes two 429s in one pause window, but an
-# isolated near miss (a few tens of ms of refill short) recurs every 10-20 s on a loaded machine.
-FB_MARGIN = 0.95
+# isolated near miss (a few tens of ms of refill short) recurs every 10-20 s on a loaded machine;
+# at 5% a CI run saw a second isolated 429 2.3 s after the first pause window.
+FB_MARGIN = 0.92
 # Output reserved = output used (max_tokens = the mock's completion length): the limiter's
 # reservation is what the provider bills, so the run measures feedback alone, not refunds.
 FB_MAX_TOKENS = 40
