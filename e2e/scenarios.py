@@ -152,19 +152,14 @@ def seed(mode: str, workdir: Path, duration: float = 75.0) -> dict:
     name = f"seed-{mode}"
     limit_o, limit_a = 40000, 30000
     mock_mode = "token_bucket" if mode == "token_bucket" else "rolling_window"
-    # A sliding window frees an admission's tokens one period after it was decided; the provider
-    # frees them one period after they arrived. A limiter window 2 s longer than the provider's
-    # covers the difference in transit of an old admission and a new one (measured without it:
-    # 86-95 provider 429s in two CI runs, at the bursts of retries at a sub-window's end).
-    period = "minute" if mode == "token_bucket" else "62s"
     rules = f"""  - name: openai-per-model
     match: {{provider: openai}}
     per: [model]
-    tokens: {{limit: {int(limit_o * MARGIN)}, period: {period}, algorithm: {mode}}}
+    tokens: {{limit: {int(limit_o * MARGIN)}, period: minute, algorithm: {mode}}}
   - name: anthropic-per-model
     match: {{provider: anthropic}}
     per: [model]
-    tokens: {{limit: {int(limit_a * MARGIN)}, period: {period}, algorithm: {mode}}}"""
+    tokens: {{limit: {int(limit_a * MARGIN)}, period: minute, algorithm: {mode}}}"""
     # A sliding window tells every waiting client to come back when the same sub-window leaves it:
     # an operator spreads them with retry_jitter (up to 10% more wait), as done here.
     jitter = 0.1 if mode == "sliding_window" else 0
