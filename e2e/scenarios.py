@@ -70,9 +70,11 @@ def run_load(stack: h.Stack, name: str, duration: float, python: list[dict] = ()
         procs.append(("python", spec, out, h.start(f"{name}-py{i}", argv, stack.dir)))
     for i, spec in enumerate(go):
         out = stack.dir / f"{name}-go{i}.json"
-        argv = [str(h.BIN / "goclient"), "-proxy", stack.proxy, "-out", str(out), "-start-at", f"{start_at:.3f}",
-                "-duration", f"{duration}s", "-prompts", str(h.PROMPTS), "-name", f"go-{spec.get('provider', 'openai')}-{i}"]
-        for k, v in spec.items():
+        # "lead": this client starts that many seconds before the others and runs as long.
+        lead = float(spec.get("lead", 0))
+        argv = [str(h.BIN / "goclient"), "-proxy", stack.proxy, "-out", str(out), "-start-at", f"{start_at - lead:.3f}",
+                "-duration", f"{lead or duration}s", "-prompts", str(h.PROMPTS), "-name", f"go-{spec.get('provider', 'openai')}-{i}"]
+        for k, v in ((k, v) for k, v in spec.items() if k != "lead"):
             argv += [f"-{k.replace('_', '-')}", str(v)]
         procs.append(("go", spec, out, h.start(f"{name}-go{i}", argv, stack.dir)))
     summaries = []
@@ -176,10 +178,13 @@ def seed(mode: str, workdir: Path, duration: float = 75.0) -> dict:
         # Each worker then makes two or three calls in the run, so 3x the limit takes many more
         # workers: Go ones, whose calls cost a fraction of the CPU of Python's on these 2 cores.
         py_threads, go_openai, go_anthropic = (4, 4, 6) if mode == "token_bucket" else (8, 110, 120)
-        # The sliding window's demand is raised by larger requests, not more workers: more workers
-        # waking together at a sub-window's end made bursts that the provider's exact window
-        # refused (measured: 95-106 provider 429s with 160/170 workers, 0 with 110/120).
-        scale = 1 if mode == "token_bucket" else 1.5
+        # The sliding window's demand is raised by larger requests (max_tokens x 2.5), not more
+        # workers: every worker costs CPU, and on 2 cores shared with Envoy, the mock and the
+        # Python clients, 160/170 workers starting together pushed checks past Envoy's 1 s
+        # ext_authz timeout, where the shipped failure_mode_allow lets calls through unpriced
+        # (measured: 56-106 such calls refused by the provider). 110/120 workers with x1.5 gave
+        # no provider 429 but a demand of only 2.95x in CI.
+        scale = 1 if mode == "token_bucket" else 2.5
         python = [{"key": f"sk-seed-py{i}", "threads": py_threads, "max_tokens": int(256 * scale), "model": OPENAI_MODEL,
                    "stream_every": 3, "offset": 3 * i, "ramp": 3} for i in range(3)]
         # A call's deadline covers its retries, and a sliding window's Retry-After nears a minute.
@@ -213,6 +218,9 @@ def seed(mode: str, workdir: Path, duration: float = 75.0) -> dict:
                  "admitted_requests": len(adm), "span_s": round(span, 3), "allowance": round(allow),
                  "admitted_over_allowance": round(admitted / allow, 4) if allow else 0,
                  "provider_429": stats["providers"].get(provider, {}).get("rate_limited", 0),
+                 # Calls Envoy let through unpriced after a failed check (failure_mode_allow): the
+                 # first thing to look at when the provider refused any.
+                 "failed_open": sum(1 for r in records if r["provider"] == provider and r.get("failure_mode_allowed")),
                  "offered_tokens": offered, "load_span_s": round(load_span, 3),
                  # Demand: the calls started during the load (each once, not its retries) per
                  # second of load, against the limit's rate.

@@ -159,16 +159,18 @@ FB_DURATION = 40.0
 # what the outside consumer leaves even when the shared machine starves them, or the control
 # (feedback off) would see no 429 either.
 FB_LIMIT = 12000
-# The rule sits 8% below the provider's limit: between two reports the outside consumer keeps
-# spending, and the margin is what absorbs it (here 960 tokens, 3 s of the outside consumer's
-# use). At 2% (sc.MARGIN) the limiter still never takes two 429s in one pause window, but an
-# isolated near miss (a few tens of ms of refill short) recurs every 10-20 s on a loaded machine;
-# at 5% a CI run saw a second isolated 429 2.3 s after the first pause window.
-FB_MARGIN = 0.92
+# The rule sits 15% below the provider's limit: between two reports the outside consumer keeps
+# spending, and the margin is what absorbs it (here 1,800 tokens, 6 s of the outside consumer's
+# use). With the provider kept short from the start (the outside consumer's burst), 8% still
+# never took two 429s in one pause window, but isolated near misses (70-450 ms of refill short)
+# recurred 12 s apart on a loaded machine.
+FB_MARGIN = 0.85
 # Output reserved = output used (max_tokens = the mock's completion length): the limiter's
 # reservation is what the provider bills, so the run measures feedback alone, not refunds.
 FB_MAX_TOKENS = 40
 OUTSIDE_KEY = "sk-outside-"
+# How long the outside consumer's burst lasts, ending when the load starts.
+OUTSIDE_BURST_S = 3
 
 
 def pause_windows(r429: list[dict]) -> tuple[list[dict], int]:
@@ -219,6 +221,15 @@ def outside_run(workdir: Path, feedback: bool) -> dict:
             outside.append({"provider": provider, "key": OUTSIDE_KEY + provider, "workers": 2,
                             "max_tokens": FB_MAX_TOKENS, "model": model, "stream_every": 0, "max_retries": 0,
                             "pace": f"{pace:.3f}s", "proxy": stack.mock_url})
+            # And, just before the load, a paced burst that spends half the provider's capacity
+            # (plus half the refill meanwhile): half the budget is the capacity's half as well as
+            # the rate's. The provider is then short from the first seconds, not only once its
+            # capacity has drained at the paced consumer's rate (which takes about the whole run:
+            # without feedback a CI run once saw no 429 at all on one provider).
+            burst_pace = OUTSIDE_BURST_S * 8 * mean / (0.5 * FB_LIMIT * (1 + OUTSIDE_BURST_S / PERIOD))
+            outside.append({"provider": provider, "key": OUTSIDE_KEY + provider, "workers": 8,
+                            "max_tokens": FB_MAX_TOKENS, "model": model, "stream_every": 0, "max_retries": 0,
+                            "pace": f"{burst_pace:.3f}s", "lead": OUTSIDE_BURST_S, "proxy": stack.mock_url})
         # Through Envoy: OpenAI from Python and Go, Anthropic from Go, JSON and SSE, offering
         # several times what is left of the budget.
         python = [{"key": "sk-fb-py0", "threads": 2, "max_tokens": FB_MAX_TOKENS, "model": sc.OPENAI_MODEL,
@@ -229,8 +240,8 @@ def outside_run(workdir: Path, feedback: bool) -> dict:
                "model": sc.ANTHROPIC_MODEL, "stream_every": 2}] + outside
         summaries = sc.run_load(stack, name, FB_DURATION, python, go)
         records = h.read_jsonl(stack.records_path)
-        t_start = min(s["started"] for s in summaries)
         ours = [s for s in summaries if not s["key"].startswith(OUTSIDE_KEY)]
+        t_start = min(s["started"] for s in ours)
         out = {"scenario": name, "provider_feedback": feedback, "limit": FB_LIMIT, "period_s": PERIOD,
                "duration_s": FB_DURATION, "client_totals": sc.client_totals(ours),
                "outside_totals": sc.client_totals([s for s in summaries if s["key"].startswith(OUTSIDE_KEY)]),
