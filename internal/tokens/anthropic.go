@@ -55,13 +55,17 @@ func (s *pricing) anthropic(root int) {
 			return true
 		})
 	}
+	s.resent = true // the system prompt comes with every request
 	blocks(s.d.get(root, "system"))
+	s.resent = false
 	msgs := s.d.get(root, "messages")
 	if s.d.kind(msgs) != jArray {
 		s.approx(ReasonWrongType)
 		text += s.countRaw(msgs)
 	}
+	end := s.d.end(msgs)
 	s.d.elems(msgs, func(m int) bool {
+		s.resent = s.d.end(m) != end // every message but the last was sent before
 		text += anthropicPerMessage
 		if s.d.kind(m) != jObject {
 			text += s.countRaw(m)
@@ -70,9 +74,11 @@ func (s *pricing) anthropic(root int) {
 		blocks(s.d.get(m, "content"))
 		return true
 	})
+	s.resent = true
 	if t := s.d.get(root, "tools"); s.d.kind(t) == jArray && s.d.nodes[t].next != int32(t+1) {
 		text += anthropicToolsSystem + s.countRaw(t)
 	}
+	s.resent = false
 	s.est.PromptTokens = int64(math.Ceil(float64(text)*s.anthropicFactor())) + images
 	s.est.OutputTokens = s.maxOutput(root, s.defaultOutput(), "max_tokens")
 }

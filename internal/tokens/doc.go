@@ -108,6 +108,16 @@
 // instead of tiktoken-go's O(n²). Lookups go through cache-resident Bloom filters before the
 // hash table. Counting builds no token list and allocates nothing for ordinary text.
 //
+// Chat clients resend the whole conversation on every turn, and the same system prompt and
+// tools on every request. A Pricer keeps a fixed table (Options.CountCache, 65,536 entries,
+// 512 KiB) of the counts of those resent texts of 256 bytes or more, keyed by a per-process
+// seeded hash of the text and the encoding (cache.go): a hit costs a hash of the text instead
+// of its tokenization. Only texts clients resend are offered to it (system prompts and
+// instructions, tools and response formats, every message or input item but the last); the
+// last message, new on almost every request, is always counted. Estimates are identical with
+// and without it (FuzzEstimate checks both). BenchmarkConversation measures it on 8 KB bodies
+// of ongoing conversations.
+//
 // Proof: testdata/corpus.jsonl (1,281 texts, counts from Python tiktoken via
 // testdata/gen_corpus.py, both encodings), differential fuzzing against pkoukk/tiktoken-go
 // (FuzzCount), TestMergeAlgorithmsAgree, the cookbook fixtures, and FuzzEstimate.

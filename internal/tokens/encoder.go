@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 
@@ -23,6 +24,7 @@ type Encoder struct {
 	classes *classTable
 	split   splitFunc
 	pool    sync.Pool // *scratch for long pieces
+	salt    uint64    // keeps this encoding's counts apart from the other's in a countCache
 }
 
 // encoders holds the lazily loaded encoders; each is built at most once per process.
@@ -51,7 +53,7 @@ func load(name string, split splitFunc) (*Encoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens: %s: %w", name, err)
 	}
-	e := &Encoder{name: name, vocab: v, classes: classes(), split: split}
+	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64()}
 	e.pool.New = func() any { return new(scratch) }
 	return e, nil
 }

@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"encoding/binary"
 	"errors"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -185,6 +186,14 @@ func (p *parser) lit(i int, word string, kind jkind) (int, error) {
 func (p *parser) str(i int) (int, error) {
 	escaped := false
 	for j := i + 1; j < len(p.src); j++ {
+		// Skip 8 bytes at a time while none of them is a quote, a backslash or a control
+		// character: string contents are most of a chat body.
+		for j+8 <= len(p.src) && plain8(binary.LittleEndian.Uint64(p.src[j:])) {
+			j += 8
+		}
+		if j >= len(p.src) {
+			break
+		}
 		switch c := p.src[j]; {
 		case c == '"':
 			p.add(jnode{kind: jString, escaped: escaped, start: int32(i + 1), end: int32(j), next: int32(len(p.d.nodes) + 1)})
@@ -197,6 +206,15 @@ func (p *parser) str(i int) (int, error) {
 		}
 	}
 	return 0, errSyntax
+}
+
+// plain8 reports whether none of the 8 bytes of x is '"', '\\' or below 0x20 (bit tricks on
+// the whole word: a byte b is zero in x^c exactly when b == c, and "has a byte below n" is
+// (x - n*ones) & ^x & highs, exact for n <= 0x80).
+func plain8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	return zero(x^(ones*'"'))|zero(x^(ones*'\\'))|((x-ones*0x20) & ^x & highs) == 0
 }
 
 // get returns the value of key in object node obj (the last one if repeated, as Python's json
@@ -263,6 +281,15 @@ func (d *doc) kind(i int) jkind {
 		return jNull
 	}
 	return d.nodes[i].kind
+}
+
+// end returns the index of the node after value i and its children (-1 for no value): two
+// elements of one array are the last one when they end where the array does.
+func (d *doc) end(i int) int32 {
+	if i < 0 {
+		return -1
+	}
+	return d.nodes[i].next
 }
 
 // raw returns the bytes of value i as they appear in the body.

@@ -29,7 +29,9 @@ func (s *pricing) chat(root int) {
 		s.approx(ReasonWrongType)
 		total += s.countRaw(msgs)
 	}
+	end := s.d.end(msgs)
 	s.d.elems(msgs, func(m int) bool {
+		s.resent = s.d.end(m) != end // every message but the last was sent before
 		total += perMsg
 		if s.d.kind(m) != jObject {
 			s.approx(ReasonWrongType)
@@ -71,8 +73,10 @@ func (s *pricing) chat(root int) {
 		return true
 	})
 	total += 3 // reply priming
+	s.resent = true
 	total += s.tools(root, "tools", "functions")
 	total += s.responseFormat(s.d.get(root, "response_format"))
+	s.resent = false
 	s.est.PromptTokens = total
 	out := s.maxOutput(root, s.defaultOutput(), "max_completion_tokens", "max_tokens")
 	s.est.OutputTokens = satMul(out, s.choices(root, "n"))
@@ -214,14 +218,18 @@ func (s *pricing) responses(root int) {
 	s.approx(ReasonResponses)
 	var total int64
 	if ins := s.d.get(root, "instructions"); s.d.kind(ins) == jString {
+		s.resent = true
 		total += 3 + 1 + s.countText(ins) // "system" is one token
+		s.resent = false
 	}
 	input := s.d.get(root, "input")
 	switch s.d.kind(input) {
 	case jString:
 		total += 3 + 1 + s.countText(input)
 	case jArray:
+		end := s.d.end(input)
 		s.d.children(input, func(_, item int) bool {
+			s.resent = s.d.end(item) != end
 			total += 3
 			if s.d.kind(item) != jObject {
 				total += s.countRaw(item)
@@ -249,10 +257,12 @@ func (s *pricing) responses(root int) {
 		}
 	}
 	total += 3
+	s.resent = true
 	total += s.tools(root, "tools")
 	if t := s.d.get(root, "text"); t >= 0 {
 		total += s.responseFormat(s.d.get(t, "format"))
 	}
+	s.resent = false
 	s.est.PromptTokens = total
 	s.est.OutputTokens = s.maxOutput(root, s.defaultOutput(), "max_output_tokens")
 }

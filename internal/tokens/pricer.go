@@ -75,6 +75,11 @@ type Options struct {
 	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown. Default
 	// 1600, the most Anthropic's published formula gives (1.15 megapixels / 750).
 	AnthropicImageTokens int64
+	// CountCache is the number of entries (8 bytes each, rounded up to a power of two, at most
+	// 2^24) of the cache of counts of the texts clients resend: system prompts, tool
+	// definitions and every message of a conversation but the last. 0 means
+	// DefaultCountCache (65,536 entries, 512 KiB); a negative value turns it off.
+	CountCache int
 }
 
 // Defaults New applies to zero Options fields.
@@ -83,6 +88,7 @@ const (
 	DefaultMaxBodyBytes  = 4 << 20
 	DefaultAnthropic     = 2.0
 	DefaultAnthropicImg  = 1600
+	DefaultCountCache    = 1 << 16
 	completionsMaxTokens = 16 // the /v1/completions API's own default max_tokens
 	maxN                 = 128
 )
@@ -93,7 +99,8 @@ type Pricer struct {
 	fallback *Encoder
 	cl100k   *Encoder
 	o200k    *Encoder
-	work     sync.Pool // *work
+	cache    *countCache // nil when off
+	work     sync.Pool   // *work
 }
 
 // work is the per-call scratch, pooled.
@@ -126,6 +133,12 @@ func New(opts Options) (*Pricer, error) {
 	}
 	if opts.AnthropicImageTokens == 0 {
 		opts.AnthropicImageTokens = DefaultAnthropicImg
+	}
+	if opts.CountCache == 0 {
+		opts.CountCache = DefaultCountCache
+	}
+	if opts.CountCache > 1<<24 {
+		errs = append(errs, fmt.Errorf("tokens: CountCache %d entries is over 2^24", opts.CountCache))
 	}
 	if opts.DefaultOutputTokens < 0 {
 		errs = append(errs, fmt.Errorf("tokens: DefaultOutputTokens %d is negative", opts.DefaultOutputTokens))
@@ -180,6 +193,7 @@ func New(opts Options) (*Pricer, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	p.cache = newCountCache(opts.CountCache)
 	p.work.New = func() any { return new(work) }
 	return p, nil
 }
@@ -247,6 +261,9 @@ type pricing struct {
 	enc        *Encoder
 	est        Estimate
 	deployment string
+	// resent is set while counting what clients send again on later requests (system prompts,
+	// tools, earlier messages): those counts go through the Pricer's countCache.
+	resent bool
 }
 
 func (s *pricing) approx(r Reason) {
@@ -485,16 +502,33 @@ func sniffModel(body []byte) string {
 // about 10 MiB of scratch.
 const maxPiece = 256 << 10
 
-// count counts raw bytes as text.
+// count counts raw bytes as text, through the count cache for resent text.
 func (s *pricing) count(b []byte) int64 {
-	if !utf8.Valid(b) {
+	c := s.p.cache
+	if !s.resent || c == nil || len(b) < minCached {
+		n, chunked := s.enc.count(b, maxPiece)
+		s.flags(chunked, !utf8.Valid(b))
+		return int64(n)
+	}
+	idx, tag := c.key(b, s.enc.salt)
+	n, chunked, invalid, ok := c.get(idx, tag)
+	if !ok {
+		n, chunked = s.enc.count(b, maxPiece)
+		invalid = !utf8.Valid(b)
+		c.put(idx, tag, n, chunked, invalid)
+	}
+	s.flags(chunked, invalid)
+	return int64(n)
+}
+
+// flags records what made a count approximate.
+func (s *pricing) flags(chunked, invalid bool) {
+	if invalid {
 		s.approx(ReasonInvalidUTF8)
 	}
-	n, chunked := s.enc.count(b, maxPiece)
 	if chunked {
 		s.approx(ReasonLongRun)
 	}
-	return int64(n)
 }
 
 // countText counts the decoded string value i (0 if it is not a string).

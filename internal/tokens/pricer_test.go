@@ -255,6 +255,7 @@ func chatBody(tb testing.TB, text []byte) string {
 // Long fuzzing: go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 func FuzzEstimate(f *testing.F) {
 	p := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}})
+	uncached := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}, CountCache: -1})
 	seeds := []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],"tools":[{}]}`},
@@ -286,6 +287,13 @@ func FuzzEstimate(f *testing.F) {
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("took %v for %d bytes", d, len(body))
+		}
+		// The count cache changes nothing: the same request again (hits) and without the cache.
+		if again := p.Estimate(in); again != got {
+			t.Fatalf("cached estimate %+v, first %+v", again, got)
+		}
+		if plain := uncached.Estimate(in); plain != got {
+			t.Fatalf("estimate %+v, without the count cache %+v", got, plain)
 		}
 	})
 }

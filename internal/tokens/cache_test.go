@@ -1,0 +1,194 @@
+package tokens
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func TestCountCacheSlots(t *testing.T) {
+	if newCountCache(0) != nil || newCountCache(-1) != nil {
+		t.Fatal("a cache of no entries is off")
+	}
+	c := newCountCache(1000)
+	if len(c.slots) != 1024 {
+		t.Fatalf("%d slots, want 1024", len(c.slots))
+	}
+	text := []byte(strings.Repeat("cached text ", 30))
+	idx, tag := c.key(text, 1)
+	if _, _, _, ok := c.get(idx, tag); ok {
+		t.Fatal("hit in an empty cache")
+	}
+	c.put(idx, tag, 12345, true, false)
+	if n, chunked, invalid, ok := c.get(idx, tag); !ok || n != 12345 || !chunked || invalid {
+		t.Fatalf("got %d %v %v %v", n, chunked, invalid, ok)
+	}
+	// Another encoding's salt is another key.
+	if i2, t2 := c.key(text, 2); i2 == idx && t2 == tag {
+		t.Fatal("two salts gave one key")
+	} else if _, _, _, ok := c.get(i2, t2); ok && i2 == idx {
+		t.Fatal("hit across encodings")
+	}
+	c.put(idx, tag, cacheCountMask+1, false, false) // too large: not stored, the old entry stays
+	if n, _, _, ok := c.get(idx, tag); !ok || n != 12345 {
+		t.Fatalf("oversized count replaced the entry: %d %v", n, ok)
+	}
+}
+
+// conversation returns a chat body (OpenAI or Anthropic) with a system prompt, turns earlier
+// messages and a last user message.
+func conversation(anthropic bool, system string, earlier []string, last string) []byte {
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var msgs []msg
+	if !anthropic {
+		msgs = append(msgs, msg{"system", system})
+	}
+	for i, m := range earlier {
+		msgs = append(msgs, msg{[]string{"user", "assistant"}[i%2], m})
+	}
+	msgs = append(msgs, msg{"user", last})
+	var v any = map[string]any{"model": "gpt-4o", "messages": msgs, "max_tokens": 100}
+	if anthropic {
+		v = map[string]any{"model": "claude-sonnet-4-5", "system": system, "messages": msgs, "max_tokens": 100}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// The cache serves what clients resend (system prompt, earlier messages) and never the last
+// message: a slot poisoned with a wrong count shows which texts were looked up.
+func TestCountCacheServesResentTextsOnly(t *testing.T) {
+	for _, anthropic := range []bool{false, true} {
+		path := "/v1/chat/completions"
+		if anthropic {
+			path = "/v1/messages"
+		}
+		p := newPricer(t, Options{})
+		plain := newPricer(t, Options{CountCache: -1})
+		system := strings.Repeat("You are a careful assistant. ", 12)
+		earlier := []string{strings.Repeat("What does the shared budget cover? ", 10), strings.Repeat("Every replica's requests. ", 12)}
+		last := strings.Repeat("And the last question of this turn? ", 10)
+		body := conversation(anthropic, system, earlier, last)
+		in := &Input{Path: path, Body: body}
+		want := plain.Estimate(in)
+		if got := p.Estimate(in); got != want {
+			t.Fatalf("anthropic=%v: first %+v, uncached %+v", anthropic, got, want)
+		}
+		if got := p.Estimate(in); got != want {
+			t.Fatalf("anthropic=%v: cached %+v, uncached %+v", anthropic, got, want)
+		}
+		poison := func(text string) {
+			idx, tag := p.cache.key([]byte(text), p.o200k.salt)
+			if anthropic {
+				idx, tag = p.cache.key([]byte(text), p.cl100k.salt)
+			}
+			p.cache.put(idx, tag, 0, false, false)
+		}
+		poison(last)
+		if got := p.Estimate(in); got != want {
+			t.Fatalf("anthropic=%v: the last message was looked up: %+v, want %+v", anthropic, got, want)
+		}
+		poison(earlier[0])
+		poison(system)
+		if got := p.Estimate(in); got.PromptTokens >= want.PromptTokens {
+			t.Fatalf("anthropic=%v: earlier messages and system prompt not looked up: %d >= %d", anthropic, got.PromptTokens, want.PromptTokens)
+		}
+	}
+}
+
+// Approximation flags survive the cache: invalid UTF-8 and long uncuttable runs in resent text.
+func TestCountCacheKeepsReasons(t *testing.T) {
+	p := newPricer(t, Options{})
+	plain := newPricer(t, Options{CountCache: -1})
+	for _, earlier := range []string{
+		strings.Repeat("bad \xff bytes ", 40),
+		strings.Repeat("a", maxPiece+10),
+	} {
+		body := conversation(false, "sys", []string{earlier, "ok"}, "last")
+		if strings.Contains(earlier, "\xff") {
+			body = []byte(strings.Replace(string(body), `\ufffd`, "\xff", -1)) // json.Marshal replaced it
+		}
+		in := &Input{Path: "/v1/chat/completions", Body: body}
+		want := plain.Estimate(in)
+		if want.Reason == "" {
+			t.Fatalf("test body priced exact: %+v", want)
+		}
+		for i := 0; i < 2; i++ {
+			if got := p.Estimate(in); got != want {
+				t.Fatalf("call %d: %+v, uncached %+v", i, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkConversation prices 8 KB chat bodies of ongoing conversations, each with a new last
+// message, with and without the count cache: what a chat client's requests cost.
+func BenchmarkConversation(b *testing.B) {
+	const convs = 64
+	system := strings.Repeat("You are a helpful assistant for the team's internal tools. ", 20)
+	bodies := make([][]byte, 0, convs*8)
+	for c := 0; c < convs; c++ {
+		var earlier []string
+		for len(earlier) < 10 {
+			earlier = append(earlier, fmt.Sprintf("Conversation %d, turn %d: %s", c, len(earlier), strings.Repeat("please summarize the shared budget and its replicas. ", 12)))
+		}
+		for turn := 0; turn < 8; turn++ {
+			bodies = append(bodies, conversation(false, system, earlier, fmt.Sprintf("New question %d in conversation %d: %s", turn, c, strings.Repeat("what changes next? ", 20))))
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		cache int
+	}{{"uncached", -1}, {"cached", 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := newPricer(b, Options{CountCache: tc.cache})
+			var n int64
+			for _, body := range bodies {
+				n += int64(len(body))
+				p.Estimate(&Input{Path: "/v1/chat/completions", Body: body}) // warm, as a running service is
+			}
+			b.SetBytes(n / int64(len(bodies)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.Estimate(&Input{Path: "/v1/chat/completions", Body: bodies[i%len(bodies)]})
+			}
+		})
+	}
+}
+
+func TestPlain8(t *testing.T) {
+	special := func(b byte) bool { return b == '"' || b == '\\' || b < 0x20 }
+	for k := 0; k < 8; k++ {
+		for b := 0; b < 256; b++ {
+			w := []byte("aaaaaaaa")
+			w[k] = byte(b)
+			if got := plain8(binary.LittleEndian.Uint64(w)); got == special(byte(b)) {
+				t.Fatalf("byte %#x at %d: plain8 = %v", b, k, got)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 1_000_000; i++ {
+		x := rng.Uint64()
+		if i%2 == 0 { // mostly text-like bytes, where the tricks' borrows matter
+			x = x&0x7f7f7f7f7f7f7f7f | 0x2020202020202020&rng.Uint64()
+		}
+		want := true
+		for k := 0; k < 8; k++ {
+			want = want && !special(byte(x>>(8*k)))
+		}
+		if plain8(x) != want {
+			t.Fatalf("%#016x: plain8 = %v", x, !want)
+		}
+	}
+}
