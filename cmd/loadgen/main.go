@@ -14,7 +14,7 @@
 // (-store memory); -addr targets a running server instead. docs/performance.md has the method and
 // the figures.
 //
-//	loadgen [-c 64] [-d 10s] [-body 1k] [-tenants 100] [-deny 0.05] [-store redis|memory]
+//	loadgen [-c 64] [-d 10s] [-body 1k] [-conversations N] [-tenants 100] [-deny 0.05] [-store redis|memory]
 //	        [-redis-url URL] [-addr HOST:PORT] [-rate N] [-json FILE] [-cpuprofile FILE]
 package main
 
@@ -63,6 +63,7 @@ type options struct {
 	rounds                            int
 	body, models                      string
 	tenants, conns, distinct          int
+	conversations                     int
 	deny                              float64
 	floors                            string
 	timeout, redisTimeout             time.Duration
@@ -88,6 +89,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.tenants, "tenants", 100, "tenants that are never limited")
 	fs.Float64Var(&o.deny, "deny", 0.05, "share of requests from tenants whose budget is spent (denied with 429)")
 	fs.IntVar(&o.distinct, "distinct", 1024, "distinct requests generated and cycled through")
+	fs.IntVar(&o.conversations, "conversations", 0, "0: each body is one new user message of prose; N: bodies are turns of N ongoing conversations (a system prompt and earlier messages resent, a new last message)")
 	fs.IntVar(&o.conns, "conns", 2, "gRPC client connections (Envoy keeps one per worker thread)")
 	fs.StringVar(&o.floors, "floors", "noop,evalsha", "floors to measure: noop, evalsha, both or none (empty)")
 	fs.DurationVar(&o.timeout, "timeout", time.Second, "deadline of each Check, like Envoy's ext_authz timeout")
@@ -117,6 +119,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.deny < 0 || o.deny > 1 {
 		errs = append(errs, errors.New("-deny must be between 0 and 1"))
+	}
+	if o.conversations < 0 {
+		errs = append(errs, errors.New("-conversations must not be negative"))
 	}
 	if o.tenants < 1 || o.conns < 1 || o.distinct < 1 {
 		errs = append(errs, errors.New("-tenants, -conns and -distinct must be at least 1"))
@@ -155,7 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w := &workload{sizes: sizes, models: strings.Split(o.models, ","), tenants: o.tenants, deny: o.deny, seed: 1}
+	w := &workload{sizes: sizes, models: strings.Split(o.models, ","), tenants: o.tenants, deny: o.deny, seed: 1,
+		conversations: o.conversations}
 	reqs, err := w.requests(o.distinct)
 	if err != nil {
 		return err
@@ -213,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Machine: machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), CPU: cpuModel(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH},
 		Settings: map[string]any{"concurrency": o.load.concurrency, "rate": o.load.rate, "duration": o.load.duration.String(),
 			"warmup": o.load.warmup.String(), "rounds": o.rounds, "body": o.body, "models": w.models, "tenants": o.tenants, "deny": o.deny,
-			"conns": o.conns, "redis_pool": o.redisPool, "redis_batch": o.redisBatch, "store": storeName(o), "target": targetName(o), "distinct_requests": o.distinct},
+			"conns": o.conns, "redis_pool": o.redisPool, "redis_batch": o.redisBatch, "store": storeName(o), "target": targetName(o), "distinct_requests": o.distinct, "conversations": o.conversations},
 		Ratios: map[string]any{},
 	}
 	fmt.Fprintf(stderr, "loadgen: %d workers, %s per run, body %s, %d tenants, %.0f%% denials, store %s\n",

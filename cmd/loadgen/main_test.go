@@ -98,9 +98,34 @@ func TestRequests(t *testing.T) {
 		t.Errorf("%d of 400 requests from deny tenants, want about 100", denied)
 	}
 	for _, size := range sizes {
-		body, _ := chatBody(rand.New(rand.NewPCG(1, 1)), "gpt-4o", size)
+		body, _ := chatBody(rand.New(rand.NewPCG(1, 1)), "gpt-4o", size, -1)
 		if len(body) < size || len(body) > size+32 || !json.Valid(body) {
 			t.Errorf("body for %d bytes: %d bytes, valid JSON %v", size, len(body), json.Valid(body))
+		}
+	}
+	// Conversation turns: the same history on every turn of a conversation, a new last message.
+	for _, model := range []string{"gpt-4o", "claude-sonnet-4-5"} {
+		rng := rand.New(rand.NewPCG(1, 1))
+		a, _ := chatBody(rng, model, 8192, 3)
+		b, _ := chatBody(rng, model, 8192, 3)
+		var va, vb struct {
+			System   string `json:"system"`
+			Messages []msg  `json:"messages"`
+		}
+		if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+			t.Fatalf("%s: invalid JSON", model)
+		}
+		n := len(va.Messages)
+		if len(a) < 7000 || len(a) > 9500 || n < 4 || n != len(vb.Messages) || va.System != vb.System {
+			t.Fatalf("%s: %d bytes, %d and %d messages", model, len(a), n, len(vb.Messages))
+		}
+		for i := 0; i < n-1; i++ {
+			if va.Messages[i] != vb.Messages[i] {
+				t.Fatalf("%s: message %d differs between turns", model, i)
+			}
+		}
+		if last := va.Messages[n-1]; last.Role != "user" || last == vb.Messages[n-1] || len(last.Content) < 200 || len(last.Content) > 700 {
+			t.Fatalf("%s: last messages %+v and %+v", model, last, vb.Messages[n-1])
 		}
 	}
 	if _, err := parseSizes("0k"); err == nil {

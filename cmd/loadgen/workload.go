@@ -25,6 +25,10 @@ type workload struct {
 	tenants int      // tenants t-000... that are never limited
 	deny    float64  // share of requests from tenants deny-*, which are denied after their first
 	seed    uint64
+	// conversations, when > 0, makes each body a turn of one of that many ongoing
+	// conversations: its system prompt and earlier messages as every earlier turn sent them,
+	// and a new last message.
+	conversations int
 }
 
 // words is the vocabulary of generated prompts: plain English, so the tokenizer does its usual
@@ -56,16 +60,33 @@ func prose(rng *rand.Rand, n int) string {
 	return b.String()
 }
 
+type msg struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
 // chatBody returns a chat request body of about size bytes for model: an OpenAI chat completion,
-// or an Anthropic message for claude-* models.
-func chatBody(rng *rand.Rand, model string, size int) ([]byte, string) {
+// or an Anthropic message for claude-* models. conv < 0: one user message of new prose; else a
+// turn of conversation conv: its system prompt and earlier messages (the same text on every
+// turn of that conversation: a 1 KB system prompt, questions of 256 bytes, answers of 1 KB)
+// and a new last user message of about 400 bytes.
+func chatBody(rng *rand.Rand, model string, size, conv int) ([]byte, string) {
 	system := "You are a helpful assistant. Answer briefly and precisely."
-	type msg struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+	var earlier []msg
+	if conv >= 0 {
+		crng := rand.New(rand.NewPCG(uint64(conv), 99))
+		system = prose(crng, 1024)
+		// Questions of about 256 bytes and answers of about 1 KB, then the new question.
+		for left := size - 1024 - 400 - 200; left > 0; {
+			q := min(256, left)
+			a := max(min(1024, left-q), 32)
+			earlier = append(earlier, msg{"user", prose(crng, q)}, msg{"assistant", prose(crng, a)})
+			left -= q + a
+		}
 	}
 	anthropic := strings.HasPrefix(model, "claude")
 	build := func(user string) []byte {
+		msgs := append(append([]msg(nil), earlier...), msg{"user", user})
 		var v any
 		if anthropic {
 			v = struct {
@@ -73,20 +94,23 @@ func chatBody(rng *rand.Rand, model string, size int) ([]byte, string) {
 				System    string `json:"system"`
 				Messages  []msg  `json:"messages"`
 				MaxTokens int    `json:"max_tokens"`
-			}{model, system, []msg{{"user", user}}, 256}
+			}{model, system, msgs, 256}
 		} else {
 			v = struct {
 				Model     string  `json:"model"`
 				Messages  []msg   `json:"messages"`
 				MaxTokens int     `json:"max_tokens"`
 				Temp      float64 `json:"temperature"`
-			}{model, []msg{{"system", system}, {"user", user}}, 256, 0.2}
+			}{model, append([]msg{{"system", system}}, msgs...), 256, 0.2}
 		}
 		b, _ := json.Marshal(v) // fixed types of strings and numbers
 		return b
 	}
-	overhead := len(build(""))
-	body := build(prose(rng, max(size-overhead, 1)))
+	lastSize := size - len(build(""))
+	if conv >= 0 {
+		lastSize = max(lastSize, 200)
+	}
+	body := build(prose(rng, max(lastSize, 1)))
 	if anthropic {
 		return body, "/v1/messages"
 	}
@@ -111,7 +135,11 @@ func (w *workload) requests(n int) ([]*rawRequest, error) {
 			tenant = fmt.Sprintf("deny-%02d", rng.IntN(10))
 		}
 		model := w.models[rng.IntN(len(w.models))]
-		body, path := chatBody(rng, model, w.sizes[rng.IntN(len(w.sizes))])
+		conv := -1
+		if w.conversations > 0 {
+			conv = rng.IntN(w.conversations)
+		}
+		body, path := chatBody(rng, model, w.sizes[rng.IntN(len(w.sizes))], conv)
 		host := "api.openai.com"
 		if path == "/v1/messages" {
 			host = "api.anthropic.com"

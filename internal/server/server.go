@@ -224,8 +224,16 @@ func GRPCOptions(maxRecvBytes int) []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Each Check runs on a long-lived worker goroutine whose stack has already grown to
+		// what pricing and protobuf need, instead of a new goroutine growing (copying) its
+		// stack on every call; gRPC starts a goroutine as before when all are busy.
+		grpc.NumStreamWorkers(StreamWorkers),
 	}
 }
+
+// StreamWorkers is the number of gRPC worker goroutines: about the decisions in flight at once
+// on a busy replica (Envoy's concurrent checks), each keeping a stack of a few tens of KiB.
+const StreamWorkers = 256
 
 // LoadConfig reads the limits file at path, or the embedded example when path is empty.
 func LoadConfig(path string) (*config.Config, error) {
