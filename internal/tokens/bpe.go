@@ -61,6 +61,11 @@ func (v *vocab) mergeSegment(seg []byte, sc *scratch, limit int) (int, bool) {
 		return v.mergeSmall(seg), false
 	case len(seg) < hugePiece:
 		return v.mergeHeap(seg, sc), false
+	}
+	if n, ok := v.countUniform(seg, sc); ok {
+		return n, false
+	}
+	switch {
 	case limit <= 0 || len(seg) <= limit:
 		return v.mergeHuge(seg, sc), false
 	}

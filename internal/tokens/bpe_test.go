@@ -46,18 +46,18 @@ func TestMergeAlgorithmsAgree(t *testing.T) {
 	}
 }
 
-// TestLongRunChunks: the pricer counts runs longer than maxPiece in chunks (bounded memory).
-// For runs of one character it gives the exact count.
+// TestLongRunChunks: the pricer counts uncuttable runs longer than maxPiece in chunks (bounded
+// memory), except one byte repeated, which its periodic rule counts exactly (uniform.go).
 func TestLongRunChunks(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{CL100K, O200K} {
 		e := mustEncoding(t, name)
-		for _, c := range []string{"a", " ", "\n", "中"} {
+		for _, c := range []string{"a", " ", "\n", "中", "ab", "x y"} {
 			run := []byte(strings.Repeat(c, (maxPiece+maxPiece/3)/len(c)))
 			exact := e.Count(run)
 			got, chunked := e.count(run, maxPiece)
-			if !chunked && c != "中" {
-				t.Errorf("%s %q: not chunked", name, c)
+			if want := c == "ab"; chunked != want && c != "中" { // 中 runs are cut or not per encoding
+				t.Errorf("%s %q: chunked %v, want %v", name, c, chunked, want)
 			}
 			if got != exact {
 				t.Errorf("%s %d x %q: chunked count %d, exact %d", name, len(run)/len(c), c, got, exact)
@@ -66,14 +66,19 @@ func TestLongRunChunks(t *testing.T) {
 	}
 }
 
-// TestLongRunReason: a request with such a run is priced approximately, with ReasonLongRun.
+// TestLongRunReason: a request with such a run is priced approximately, with ReasonLongRun; one
+// with a run of one byte, exactly.
 func TestLongRunReason(t *testing.T) {
 	t.Parallel()
 	p := newPricer(t, Options{})
-	run := strings.Repeat("a", maxPiece+1000)
-	got := p.Estimate(post("/v1/chat/completions", chatBody(t, []byte(run))))
-	exact := 3 + 1 + int64(mustEncoding(t, O200K).CountString("You are a helpful assistant.")) + 3 + 1 + int64(mustEncoding(t, O200K).CountString(run)) + 3
-	if got.Reason != ReasonLongRun || got.PromptTokens != exact {
-		t.Errorf("got %+v, want reason %s and prompt %d", got, ReasonLongRun, exact)
+	for _, tc := range []struct {
+		run    string
+		reason Reason
+	}{{strings.Repeat("ab", maxPiece/2+1000), ReasonLongRun}, {strings.Repeat("a", maxPiece+1000), ""}} {
+		got := p.Estimate(post("/v1/chat/completions", chatBody(t, []byte(tc.run))))
+		exact := 3 + 1 + int64(mustEncoding(t, O200K).CountString("You are a helpful assistant.")) + 3 + 1 + int64(mustEncoding(t, O200K).CountString(tc.run)) + 3
+		if got.Reason != tc.reason || got.PromptTokens != exact {
+			t.Errorf("%q...: got %+v, want reason %q and prompt %d", tc.run[:4], got, tc.reason, exact)
+		}
 	}
 }

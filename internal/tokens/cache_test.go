@@ -111,7 +111,7 @@ func TestCountCacheKeepsReasons(t *testing.T) {
 	plain := newPricer(t, Options{CountCache: -1})
 	for _, earlier := range []string{
 		strings.Repeat("bad \xff bytes ", 40),
-		strings.Repeat("a", maxPiece+10),
+		strings.Repeat("ab", maxPiece/2+10), // one uncuttable piece, not one byte repeated
 	} {
 		body := conversation(false, "sys", []string{earlier, "ok"}, "last")
 		if strings.Contains(earlier, "\xff") {

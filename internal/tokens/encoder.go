@@ -53,6 +53,7 @@ func load(name string, split splitFunc) (*Encoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens: %s: %w", name, err)
 	}
+	v.runs = uniformRules[name]
 	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64()}
 	e.pool.New = func() any { return new(scratch) }
 	return e, nil

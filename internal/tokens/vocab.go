@@ -29,7 +29,8 @@ type vocab struct {
 	pairBits [1 << 16 / 64]uint64
 	triBits  []uint64
 	quadBits []uint64
-	size     int // number of tokens
+	size     int           // number of tokens
+	runs     *[256]runRule // counts of one byte repeated (uniform.go); nil: none
 }
 
 // slot is one hash table entry: the token's first 8 bytes packed little-endian (so most
