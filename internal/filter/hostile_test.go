@@ -73,8 +73,12 @@ func hostileCases() []hostileCase {
 			decision: decisionAllowed, reason: "not_json", cost: -1, seed: true},
 		{name: "wrong-types", req: chat(`{"model":5,"messages":"hello","max_tokens":"many","n":[1]}`, nil),
 			decision: decisionAllowed, reason: "wrong_type", cost: -1, seed: true},
-		// 1 MiB of prompt costs more than the 1000-token bucket can ever hold: 413.
+		// 1 MiB of prompt costs more than the 1000-token bucket can ever hold: 413. One letter
+		// repeated is counted exactly (its periodic rule); an uncuttable run of two letters
+		// past 256 KiB is counted in chunks.
 		{name: "one-mib-string", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+mib+`"}]}`, nil),
+			decision: decisionTooLarge, reason: "", cost: -1},
+		{name: "one-mib-two-letters", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+strings.Repeat("ab", 1<<19)+`"}]}`, nil),
 			decision: decisionTooLarge, reason: "long_run", cost: -1},
 		// Deeper than the pricer's nesting cap is not JSON to it: priced by size, here too
 		// large for the bucket.

@@ -147,9 +147,9 @@ const (
 	ReasonAnthropicEstimate Reason = "anthropic_estimate"
 	// ReasonInvalidUTF8: priced text is not valid UTF-8; invalid bytes are counted as bytes.
 	ReasonInvalidUTF8 Reason = "invalid_utf8"
-	// ReasonLongRun: a run of more than 256 KiB that no token boundary can be proven in (in
-	// practice one character repeated) is counted in 256 KiB chunks, which bounds memory. For
-	// runs of one character the chunks end on token boundaries and the count is unchanged.
+	// ReasonLongRun: a run of more than 256 KiB that no token boundary can be proven in (such
+	// as "abab...") is counted in 256 KiB chunks, which bounds memory. One byte repeated is
+	// not: its periodic rule counts it exactly at any length (uniform.go).
 	ReasonLongRun Reason = "long_run"
 	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
 	ReasonInternal Reason = "internal"
