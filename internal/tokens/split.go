@@ -1,5 +1,7 @@
 package tokens
 
+import "unicode/utf8"
+
 // The split ("pre-tokenisation") patterns, reproduced by hand-written scanners. Each scanner
 // returns the end of the piece starting at t[i] (i < len(t)); the piece is always non-empty, so a
 // whole text is split in one forward pass. The scanners never backtrack more than one code point
@@ -82,6 +84,13 @@ func symbolRun(ct *classTable, t []byte, i int) int {
 // run returns the end of the run of code points having any of the bits in cls.
 func run(ct *classTable, t []byte, i int, cls uint8) int {
 	for i < len(t) {
+		if b := t[i]; b < utf8.RuneSelf { // ASCII inline: ct.at is a call
+			if asciiClass[b]&cls == 0 {
+				break
+			}
+			i++
+			continue
+		}
 		c, _, n := ct.at(t, i)
 		if c&cls == 0 {
 			break
