@@ -54,7 +54,9 @@ def main(argv: list[str]) -> int:
         max_retries=a.max_retries,
         timeout=60.0,
         default_headers=headers,
-        http_client=openai.DefaultHttpx2Client(proxy=a.proxy, trust_env=False),
+        # Plain HTTP to Envoy: no TLS, so no CA bundle to load (building the two default SSL
+        # contexts cost 1.4 s of CPU per process, all three processes at once on 2 cores).
+        http_client=openai.DefaultHttpx2Client(proxy=a.proxy, trust_env=False, verify=False),
     )
 
     lock = threading.Lock()

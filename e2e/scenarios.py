@@ -57,7 +57,7 @@ rules:
 
 
 def run_load(stack: h.Stack, name: str, duration: float, python: list[dict] = (), go: list[dict] = (),
-             start_delay: float = 8.0) -> list[dict]:
+             start_delay: float = 12.0) -> list[dict]:
     """Starts every client process together and returns their summaries (with 'kind' and 'spec')."""
     start_at = time.time() + start_delay
     procs = []
