@@ -134,6 +134,8 @@ def _check_seed(res: dict) -> None:
     assert t["streamed"] > 0 and t["stream_usage"] == t["streamed"]
     for name, p in res["providers"].items():
         ctx = f"{name}: {p}"
+        # Every call was checked: none let through unpriced by Envoy's failure_mode_allow.
+        assert p["failed_open"] == 0, ctx
         assert p["provider_429"] == 0, ctx
         assert p["violations"] == [], ctx
         assert p["demand_over_limit"] >= 3, ctx
