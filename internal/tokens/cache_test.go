@@ -130,9 +130,9 @@ func TestCountCacheKeepsReasons(t *testing.T) {
 	}
 }
 
-// BenchmarkConversation prices 8 KB chat bodies of ongoing conversations, each with a new last
-// message, with and without the count cache: what a chat client's requests cost.
-func BenchmarkConversation(b *testing.B) {
+// conversationBodies are 8 turns of each of 64 conversations: a system prompt, 10 earlier
+// messages as every turn sends them, and a new last question (8.6 KB each).
+func conversationBodies() [][]byte {
 	const convs = 64
 	system := strings.Repeat("You are a helpful assistant for the team's internal tools. ", 20)
 	bodies := make([][]byte, 0, convs*8)
@@ -145,6 +145,39 @@ func BenchmarkConversation(b *testing.B) {
 			bodies = append(bodies, conversation(false, system, earlier, fmt.Sprintf("New question %d in conversation %d: %s", turn, c, strings.Repeat("what changes next? ", 20))))
 		}
 	}
+	return bodies
+}
+
+// TestConversationBenchmarkSmoke keeps BenchmarkConversation's workload valid in go test: every
+// body prices the same with and without the count cache, exactly, and the cache serves the
+// resent messages (a later turn of a conversation finds them).
+func TestConversationBenchmarkSmoke(t *testing.T) {
+	t.Parallel()
+	p, plain := newPricer(t, Options{}), newPricer(t, Options{CountCache: -1})
+	for i, body := range conversationBodies() {
+		in := &Input{Path: "/v1/chat/completions", Body: body}
+		got, want := p.Estimate(in), plain.Estimate(in)
+		if got != want || !got.Exact || got.PromptTokens < 1500 {
+			t.Fatalf("body %d: cached %+v, uncached %+v", i, got, want)
+		}
+	}
+	filled := 0
+	for i := range p.cache.slots {
+		if p.cache.slots[i].Load() != 0 {
+			filled++
+		}
+	}
+	// 641 resent texts (one system prompt, 10 earlier messages per conversation); a few share a
+	// slot of the direct-mapped table (about 3 expected in 65,536 slots).
+	if filled < 620 || filled > 641 {
+		t.Fatalf("%d cache slots filled, want about 641", filled)
+	}
+}
+
+// BenchmarkConversation prices 8 KB chat bodies of ongoing conversations, each with a new last
+// message, with and without the count cache: what a chat client's requests cost.
+func BenchmarkConversation(b *testing.B) {
+	bodies := conversationBodies()
 	for _, tc := range []struct {
 		name  string
 		cache int
