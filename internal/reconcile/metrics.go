@@ -12,6 +12,7 @@ type Reason string
 const (
 	reasonAdjustFailed Reason = "reconcile_adjust_failed" // a refund, charge or release failed
 	reasonLowerFailed  Reason = "feedback_failed"         // provider feedback could not be applied
+	reasonMalformed    Reason = "reservation_malformed"   // the check's reservation could not be read
 )
 
 // Results of a settled response (metric label values).

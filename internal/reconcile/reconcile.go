@@ -70,10 +70,11 @@ func New(opts Options) (*Server, error) {
 
 // stream is the state of one HTTP request's response path.
 type stream struct {
-	res     *reservation.Reservation
-	rep     report
-	body    parser
-	settled bool
+	res       *reservation.Reservation
+	malformed bool // the reservation could not be read (reported once)
+	rep       report
+	body      parser
+	settled   bool
 }
 
 // Process handles one HTTP stream's messages. It answers each message at once (unless Envoy runs
@@ -96,8 +97,17 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 			return err
 		}
-		if st.res == nil {
-			st.res = reservationOf(req.GetMetadataContext())
+		if st.res == nil && !st.malformed {
+			res, err := reservationOf(req.GetMetadataContext())
+			if err != nil {
+				// Nothing can be settled: the reservation stays as charged and a lease expires
+				// after its lease_ttl. Only a writer of another version or a bug gets here.
+				st.malformed = true
+				s.m.error(reasonMalformed)
+				s.log.Warn("reconcile: reservation not readable, nothing settled",
+					zap.String("reason", string(reasonMalformed)), zap.Error(err))
+			}
+			st.res = res
 			if st.res != nil && st.res.Lease != "" {
 				s.m.leaseHeld(1)
 			}
@@ -157,17 +167,13 @@ func answer(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 
 // reservationOf decodes the reservation from the forwarded ext_authz metadata (nil when absent:
 // an unlimited, denied or shadow-only request).
-func reservationOf(md *corev3.Metadata) *reservation.Reservation {
+func reservationOf(md *corev3.Metadata) (*reservation.Reservation, error) {
 	ns := md.GetFilterMetadata()[MetadataNamespace]
 	v, ok := ns.GetFields()[reservation.MetadataKey]
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	r, err := reservation.Decode(v.GetStringValue())
-	if err != nil {
-		return nil
-	}
-	return r
+	return reservation.Decode(v.GetStringValue())
 }
 
 // headerGetter looks headers up by lower-case name; Envoy sends raw_value (bytes) or value.

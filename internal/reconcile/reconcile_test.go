@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -12,6 +13,11 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -36,8 +42,9 @@ type env struct {
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
-// newEnvWith serves through wrap(store) when wrap is not nil.
-func newEnvWith(t *testing.T, wrap func(Store) Store) *env {
+// newEnvWith serves through wrap(store) when wrap is not nil, with the options set by each of
+// opts.
+func newEnvWith(t *testing.T, wrap func(Store) Store, opts ...func(*Options)) *env {
 	t.Helper()
 	clk := &clock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
 	store := bucket.NewMemory(bucket.MemoryOptions{Now: clk.Now})
@@ -45,7 +52,11 @@ func newEnvWith(t *testing.T, wrap func(Store) Store) *env {
 	if wrap != nil {
 		served = wrap(store)
 	}
-	srv, err := New(Options{Store: served})
+	o := Options{Store: served}
+	for _, f := range opts {
+		f(&o)
+	}
+	srv, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +229,49 @@ func TestNoReservationIsIgnored(t *testing.T) {
 	e.run(t, nil, false, headers(":status", "429", "retry-after", "30", "x-ratelimit-remaining-tokens", "0"), body(`{}`, true))
 	if got := e.remaining(t, tpm); got != 9000 {
 		t.Errorf("tokens remaining %d, want 9000 (untouched)", got)
+	}
+}
+
+// A reservation that cannot be read settles nothing, and says so once, in a metric and a log
+// line that carry no text of the metadata (bucket names hold tenant keys).
+func TestMalformedReservationIsReported(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(prometheus.NewRegistry())
+	core, logs := observer.New(zapcore.WarnLevel)
+	e := newEnvWith(t, nil, func(o *Options) { o.Metrics, o.Logger = m, zap.New(core) })
+	st, err := e.client.Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespace: {Fields: map[string]*structpb.Value{
+		reservation.MetadataKey: structpb.NewStringValue("r1 openai - 1 2 m t t 100 60000 0 1 tenant%zzACME-SECRET"),
+	}}}}
+	for _, m := range []*extprocv3.ProcessingRequest{headers(":status", "200"), body(`{"usage":{"prompt_tokens":1}}`, true)} {
+		m.MetadataContext, m.ObservabilityMode = md, true
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("end of stream: %v", err)
+	}
+	var c dto.Metric
+	if err := m.errors.WithLabelValues(string(reasonMalformed)).Write(&c); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.GetCounter().GetValue(); got != 1 {
+		t.Errorf("reservation_malformed errors %v, want 1 (once per stream)", got)
+	}
+	if logs.Len() != 1 {
+		t.Fatalf("%d warn lines, want 1: %v", logs.Len(), logs.All())
+	}
+	for _, f := range logs.All()[0].Context {
+		if strings.Contains(f.String+fmt.Sprint(f.Interface), "ACME") {
+			t.Errorf("log field %s carries the metadata's text: %v %v", f.Key, f.String, f.Interface)
+		}
 	}
 }
 

@@ -99,7 +99,18 @@ func Encode(r *Reservation) string {
 // ErrMalformed wraps every decoding error.
 var ErrMalformed = errors.New("reservation: malformed")
 
-// Decode parses what Encode wrote.
+// numErr is why a number did not parse (syntax or range), without the text: Decode's errors
+// name the field, never its value.
+func numErr(err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return ne.Err
+	}
+	return err
+}
+
+// Decode parses what Encode wrote. Its errors say which field is malformed and why, never the
+// field's text (bucket names carry tenant keys).
 func Decode(s string) (*Reservation, error) {
 	w := strings.Fields(s)
 	if len(w) < 6 || w[0] != version {
@@ -117,10 +128,10 @@ func Decode(s string) (*Reservation, error) {
 		r.Lease = w[2]
 	}
 	if r.Prompt, err = strconv.ParseInt(w[3], 10, 64); err != nil {
-		return nil, fmt.Errorf("%w: prompt: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: prompt: %v", ErrMalformed, numErr(err))
 	}
 	if r.Output, err = strconv.ParseInt(w[4], 10, 64); err != nil {
-		return nil, fmt.Errorf("%w: output: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: output: %v", ErrMalformed, numErr(err))
 	}
 	if r.Model, err = unescape(w[5]); err != nil {
 		return nil, err
@@ -134,7 +145,7 @@ func Decode(s string) (*Reservation, error) {
 		f := w[6+7*i : 13+7*i]
 		x := &r.Buckets[i]
 		if len(f[0]) != 1 || (f[0][0] != KindTokens && f[0][0] != KindRequests && f[0][0] != KindConcurrency) {
-			return nil, fmt.Errorf("%w: bucket %d: kind %q", ErrMalformed, i, f[0])
+			return nil, fmt.Errorf("%w: bucket %d: unknown kind", ErrMalformed, i)
 		}
 		x.Kind = f[0][0]
 		alg := f[1]
@@ -150,7 +161,7 @@ func Decode(s string) (*Reservation, error) {
 		var v [4]int64
 		for j := range v {
 			if v[j], err = strconv.ParseInt(f[2+j], 10, 64); err != nil {
-				return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, err)
+				return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, numErr(err))
 			}
 		}
 		x.Spec.Limit, x.Spec.Period, x.Spec.Burst, x.Spec.Cost = v[0], time.Duration(v[1])*time.Millisecond, v[2], v[3]
@@ -189,7 +200,7 @@ func setAlg(s *bucket.Spec, code string) error {
 	case "c":
 		s.Algorithm = bucket.Concurrency
 	default:
-		return fmt.Errorf("algorithm %q", code)
+		return errors.New("unknown algorithm")
 	}
 	return nil
 }
@@ -226,11 +237,11 @@ func unescape(s string) (string, error) {
 			continue
 		}
 		if i+2 >= len(s) {
-			return "", fmt.Errorf("%w: truncated escape in %q", ErrMalformed, s)
+			return "", fmt.Errorf("%w: truncated escape at byte %d", ErrMalformed, i)
 		}
 		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
 		if err != nil {
-			return "", fmt.Errorf("%w: bad escape in %q", ErrMalformed, s)
+			return "", fmt.Errorf("%w: bad escape at byte %d", ErrMalformed, i)
 		}
 		out = append(out, byte(v))
 		i += 2

@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,22 @@ func TestDecodeRejects(t *testing.T) {
 		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4"} {
 		if _, err := Decode(s); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%q): %v, want ErrMalformed", s, err)
+		}
+	}
+}
+
+// Decode's errors name the malformed field, never its text.
+func TestDecodeErrorsCarryNoText(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"r1 openai - 12SECRET 2 m", "r1 openai - 1 SECRET m", "r1 op%zzSECRET - 1 2 m",
+		"r1 openai - 1 2 m%4SECRET", "r1 openai - 1 2 m SECRET t 1 1 0 1 n", "r1 openai - 1 2 m t SECRET 1 1 0 1 n",
+		"r1 openai - 1 2 m t t SECRET 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 1 tenant%SECRET", "r1 openai - 99999999999999999999SECRET 2 m"} {
+		_, err := Decode(s)
+		if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Decode(%q): %v, want ErrMalformed", s, err)
+		}
+		if strings.Contains(err.Error(), "SECRET") {
+			t.Errorf("Decode(%q): %v: the error repeats the field", s, err)
 		}
 	}
 }
