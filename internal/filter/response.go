@@ -92,37 +92,28 @@ func newValues(strs, nums int) *values {
 	return &values{vals: make([]structpb.Value, strs+nums), strs: make([]structpb.Value_StringValue, strs), nums: make([]structpb.Value_NumberValue, nums)}
 }
 
-func (a *values) value() *structpb.Value {
-	if len(a.vals) == 0 {
-		return &structpb.Value{}
+// next hands out the first element of *arr, or a new one when it is used up.
+func next[T any](arr *[]T) *T {
+	if len(*arr) == 0 {
+		return new(T)
 	}
-	v := &a.vals[0]
-	a.vals = a.vals[1:]
-	return v
+	e := &(*arr)[0]
+	*arr = (*arr)[1:]
+	return e
 }
 
 func (a *values) str(s string) *structpb.Value {
-	v := a.value()
-	if len(a.strs) == 0 {
-		v.Kind = &structpb.Value_StringValue{StringValue: s}
-		return v
-	}
-	k := &a.strs[0]
-	a.strs = a.strs[1:]
+	k := next(&a.strs)
 	k.StringValue = s
+	v := next(&a.vals)
 	v.Kind = k
 	return v
 }
 
 func (a *values) num(x float64) *structpb.Value {
-	v := a.value()
-	if len(a.nums) == 0 {
-		v.Kind = &structpb.Value_NumberValue{NumberValue: x}
-		return v
-	}
-	k := &a.nums[0]
-	a.nums = a.nums[1:]
+	k := next(&a.nums)
 	k.NumberValue = x
+	v := next(&a.vals)
 	v.Kind = k
 	return v
 }

@@ -65,8 +65,7 @@ func (v *vocab) mergeSegment(seg []byte, sc *scratch, limit int) (int, bool) {
 	if n, ok := v.countUniform(seg, sc); ok {
 		return n, false
 	}
-	switch {
-	case limit <= 0 || len(seg) <= limit:
+	if limit <= 0 || len(seg) <= limit {
 		return v.mergeHuge(seg, sc), false
 	}
 	total := 0
