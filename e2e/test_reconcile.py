@@ -279,14 +279,20 @@ def outside_run(workdir: Path, feedback: bool) -> dict:
         stack.down()
 
 
-@pytest.fixture(scope="module")
-def feedback_runs():
+def on_and_off(run, on_arg: bool) -> dict:
+    """Runs a scenario with the feature on (run(dir, on_arg)) and off (run(dir, not on_arg)) at
+    once, each on its own stack."""
     d = rpt.REPORT_DIR / "run"
     d.mkdir(parents=True, exist_ok=True)
     with cf.ThreadPoolExecutor(max_workers=2) as pool:
-        on = pool.submit(outside_run, d, True)
-        off = pool.submit(outside_run, d, False)
+        on = pool.submit(run, d, on_arg)
+        off = pool.submit(run, d, not on_arg)
         return {"on": on.result(timeout=600), "off": off.result(timeout=600)}
+
+
+@pytest.fixture(scope="module")
+def feedback_runs():
+    return on_and_off(outside_run, True)
 
 
 def test_outside_consumer_at_most_one_provider_429_per_pause_window_then_none(feedback_runs):
@@ -315,12 +321,7 @@ def test_outside_consumer_at_most_one_provider_429_per_pause_window_then_none(fe
 
 @pytest.fixture(scope="module")
 def runs():
-    d = rpt.REPORT_DIR / "run"
-    d.mkdir(parents=True, exist_ok=True)
-    with cf.ThreadPoolExecutor(max_workers=2) as pool:
-        on = pool.submit(reconcile_run, d, False)
-        off = pool.submit(reconcile_run, d, True)
-        return {"on": on.result(timeout=600), "off": off.result(timeout=600)}
+    return on_and_off(reconcile_run, False)  # reconcile_run's argument is reserve_only
 
 
 def test_reconciliation_reaches_the_provider_limit_without_429(runs):
