@@ -8,12 +8,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
@@ -153,45 +153,38 @@ type request struct {
 	route    *config.Route
 }
 
-// parse reads what a decision needs from a CheckRequest. It copies nothing large: the body is
-// used in place.
-func (f *Filter) parse(p *Policy, req *authv3.CheckRequest) (*request, error) {
-	attrs := req.GetAttributes()
-	h := attrs.GetRequest().GetHttp()
-	if h == nil {
+// parse reads what a decision needs from a decoded CheckRequest. The body is used in place;
+// the strings a decision may keep (path, tenant, priority) are copied out of the message.
+func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
+	if !w.http {
 		return nil, status.Error(codes.InvalidArgument, "filter: check request without HTTP attributes")
 	}
-	hdr := h.GetHeaders()
 	r := &request{}
-	r.in.Path = h.GetPath()
+	r.in.Path = w.path
 	if r.in.Path == "" {
-		r.in.Path = hdr[":path"]
+		r.in.Path = w.hdr[hdrPath]
 	}
+	r.in.Path = strings.Clone(r.in.Path)
 	r.path = r.in.Path
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
 		r.path = r.path[:i]
 	}
-	r.in.Body = h.GetRawBody()
-	if len(r.in.Body) == 0 && h.GetBody() != "" {
-		// Envoys without pack_as_bytes send the body as a string; read it in place.
-		s := h.GetBody()
-		r.in.Body = unsafe.Slice(unsafe.StringData(s), len(s))
-	}
-	r.in.ContentType = hdr["content-type"]
-	r.in.ContentEncoding = hdr["content-encoding"]
+	r.in.Body = w.body
+	r.in.ContentType = w.hdr[hdrContentType]
+	r.in.ContentEncoding = w.hdr[hdrContentEncoding]
 	r.in.ContentLength = -1
-	if v, ok := hdr["content-length"]; ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+	if w.has[hdrContentLength] {
+		if n, err := strconv.ParseInt(w.hdr[hdrContentLength], 10, 64); err == nil && n >= 0 {
 			r.in.ContentLength = n
 		}
-	} else if h.GetSize() > 0 {
-		r.in.ContentLength = h.GetSize()
+	} else if w.size > 0 {
+		r.in.ContentLength = w.size
 	}
-	r.in.Partial = hdr["x-envoy-auth-partial-body"] == "true"
+	r.in.Partial = w.hdr[hdrPartial] == "true"
 
 	cfg := p.Config
-	if ext := attrs.GetContextExtensions(); len(ext) > 0 {
-		rt, err := f.routes.get(cfg, ext)
+	if len(w.ext) > 0 {
+		rt, err := f.routes.get(cfg, w.ext)
 		if err != nil {
 			return r, err
 		}
@@ -199,9 +192,9 @@ func (f *Filter) parse(p *Policy, req *authv3.CheckRequest) (*request, error) {
 	}
 	switch cfg.File.Tenant.Source {
 	case "header":
-		r.tenant = hdr[cfg.File.Tenant.Header]
+		r.tenant = strings.Clone(w.hdr[hdrTenant])
 	case "principal":
-		r.tenant = attrs.GetSource().GetPrincipal()
+		r.tenant = strings.Clone(w.principal)
 	case "context_extension":
 		if r.route != nil {
 			r.tenant = r.route.Tenant
@@ -212,21 +205,59 @@ func (f *Filter) parse(p *Policy, req *authv3.CheckRequest) (*request, error) {
 	}
 	r.priority = cfg.File.Priority.Default
 	r.floor = cfg.DefaultFloor
-	if hn := cfg.File.Priority.Header; hn != "" {
-		if v := hdr[hn]; v != "" {
-			if fl, ok := cfg.Classes[v]; ok {
-				r.priority, r.floor = v, fl
-			}
+	if v := w.hdr[hdrPriority]; v != "" {
+		if fl, ok := cfg.Classes[v]; ok {
+			r.priority, r.floor = strings.Clone(v), fl
 		}
 	}
 	return r, nil
 }
 
-// Check decides one request.
+// decode reads data, an encoded CheckRequest, for p.
+func decode(p *Policy, data []byte) (*wireRequest, error) {
+	w := &wireRequest{}
+	tenant := ""
+	if p.Config.File.Tenant.Source == "header" {
+		tenant = p.Config.File.Tenant.Header
+	}
+	if err := decodeCheck(data, tenant, p.Config.File.Priority.Header, w); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "filter: "+err.Error())
+	}
+	return w, nil
+}
+
+// marshal encodes req for CheckBytes.
+func marshal(req *authv3.CheckRequest) ([]byte, error) {
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "filter: "+err.Error())
+	}
+	return data, nil
+}
+
+// Check decides one request: CheckBytes of its encoding. The service serves CheckBytes, which
+// reads the encoded request in place; Check is for callers that hold a decoded one.
 func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	data, err := marshal(req)
+	if err != nil {
+		f.m.error(reasonMalformed)
+		return nil, err
+	}
+	return f.CheckBytes(ctx, data)
+}
+
+// CheckBytes decides one request, given as the protobuf encoding of a CheckRequest. It reads
+// data in place: data must not change until CheckBytes returns (the answer does not refer to it).
+// A malformed encoding is an InvalidArgument error, like a request without HTTP attributes.
+func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*authv3.CheckResponse, error) {
 	start := f.opts.Now()
 	p := f.policy.Load()
-	r, err := f.parse(p, req)
+	w, err := decode(p, data)
+	if err != nil {
+		f.m.error(reasonMalformed)
+		return nil, err
+	}
+	r, err := f.parse(p, w)
 	if err != nil {
 		if status.Code(err) == codes.InvalidArgument {
 			f.m.error(reasonNotHTTP)
@@ -495,7 +526,15 @@ type Explanation struct {
 // Explain prices req and lists the rules and buckets it would hit, without touching the store.
 func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	p := f.policy.Load()
-	r, err := f.parse(p, req)
+	data, err := marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	w, err := decode(p, data)
+	if err != nil {
+		return nil, err
+	}
+	r, err := f.parse(p, w)
 	if err != nil {
 		return nil, err
 	}

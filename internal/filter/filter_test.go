@@ -108,6 +108,7 @@ func (e *env) check(t testing.TB, name string) *authv3.CheckResponse {
 	if err != nil {
 		t.Fatalf("Check(%s): %v", name, err)
 	}
+	checkEncoding(t, resp)
 	return resp
 }
 

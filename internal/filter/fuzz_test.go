@@ -77,9 +77,10 @@ func TestFuzzCorpusIsCurrent(t *testing.T) {
 	}
 }
 
-// FuzzCheck: any CheckRequest (headers, path, context extensions, principal, body) is answered
-// without a panic, in bounded time, with a well-formed response or the one RPC error a request
-// without HTTP attributes gets; the price is never negative. The committed seeds are under
+// FuzzCheck: any encoded CheckRequest (headers, path, context extensions, principal, body), and
+// any bytes at all, is answered without a panic, in bounded time, with a well-formed response
+// that the service's encoder writes, or with the RPC error of a malformed request or of one
+// without HTTP attributes; the price is never negative. The committed seeds are under
 // testdata/fuzz/FuzzCheck. Long run (not in CI; see docs/operations.md):
 //
 //	go test -run '^$' -fuzz FuzzCheck -fuzztime 30m ./internal/filter/
@@ -90,18 +91,22 @@ func FuzzCheck(f *testing.F) {
 	// Every rule kind, shadow, priorities, a tenant header and a fallback store.
 	e := newEnv(f, "", Options{})
 	f.Fuzz(func(t *testing.T, msg, body []byte) {
+		// msg is the request as it comes off the wire, valid protobuf or not; a valid one gets
+		// body as its raw_body.
 		req := &authv3.CheckRequest{}
-		if err := proto.Unmarshal(msg, req); err != nil {
-			return
-		}
-		if h := req.GetAttributes().GetRequest().GetHttp(); h != nil && len(body) > 0 {
-			h.RawBody = body
+		if err := proto.Unmarshal(msg, req); err == nil {
+			if h := req.GetAttributes().GetRequest().GetHttp(); h != nil && len(body) > 0 {
+				h.RawBody = body
+				if msg, err = proto.Marshal(req); err != nil {
+					return
+				}
+			}
 		}
 		// A short deadline: holding for max_wait is bounded by it and never sleeps long.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		resp, err := e.f.Check(ctx, req)
+		resp, err := e.f.CheckBytes(ctx, msg)
 		if d := time.Since(start); d > 2*time.Second {
 			t.Fatalf("Check took %v (body %d bytes)", d, len(body))
 		}
@@ -120,6 +125,7 @@ func FuzzCheck(f *testing.F) {
 		if c := resp.GetDynamicMetadata().GetFields()["cost"].GetNumberValue(); c < 0 {
 			t.Fatalf("negative cost %v", c)
 		}
+		checkEncoding(t, resp)
 		e.clock.Add(time.Second) // let the buckets refill so that later inputs reach the store
 	})
 }

@@ -136,6 +136,7 @@ func TestHostileInput(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Check: %v", err)
 			}
+			checkEncoding(t, resp)
 			if got := decision(resp); got != hc.decision {
 				t.Errorf("decision %q, want %q (%v)", got, hc.decision, resp.GetDynamicMetadata())
 			}

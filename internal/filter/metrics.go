@@ -16,6 +16,7 @@ type Reason string
 
 const (
 	reasonNotHTTP      Reason = "not_http"      // a CheckRequest without HTTP attributes
+	reasonMalformed    Reason = "malformed"     // a CheckRequest that is not valid protobuf
 	reasonBadRoute     Reason = "bad_route"     // invalid context_extensions
 	reasonStoreTimeout Reason = "store_timeout" // the store did not answer in time
 	reasonStoreError   Reason = "store_error"   // the store answered with an error or is unreachable

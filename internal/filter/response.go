@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -267,7 +269,7 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 		if len(pl.enforced.Buckets) > 0 && (decision == decisionAllowed || decision == decisionDelayed) {
 			names := make([]*structpb.Value, len(pl.enforced.Buckets))
 			for i, b := range pl.enforced.Buckets {
-				names[i] = a.str(b.Name)
+				names[i] = a.str(validUTF8(b.Name))
 			}
 			f["buckets"] = structpb.NewListValue(&structpb.ListValue{Values: names})
 		}
@@ -289,6 +291,15 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 		f["wait_ms"] = a.num(float64(wait.Milliseconds()))
 	}
 	return &structpb.Struct{Fields: f}
+}
+
+// validUTF8 is s with invalid UTF-8 replaced, for metadata strings that may carry a client's
+// bytes (bucket names hold the model and the tenant): protobuf strings must be valid UTF-8.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // safeLabel bounds a client-supplied value (model, tenant) for logs, metadata and labels: at most

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
@@ -50,11 +51,12 @@ func (c *routeCache) get(cfg *config.Config, ext map[string]string) (*config.Rou
 	if ok && sameMap(e.ext, ext) {
 		return e.route, e.err
 	}
-	rt, err := cfg.ParseRoute(ext)
+	// ext may point into a request's encoding: what the cache keeps is parsed from a copy.
 	cp := make(map[string]string, len(ext))
 	for k, v := range ext {
-		cp[k] = v
+		cp[strings.Clone(k)] = strings.Clone(v)
 	}
+	rt, err := cfg.ParseRoute(cp)
 	c.mu.Lock()
 	if c.entries == nil || len(c.entries) >= maxRoutes {
 		c.entries = map[uint64]routeEntry{}

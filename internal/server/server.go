@@ -190,7 +190,7 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		return nil, errors.New("server: a client CA needs a server certificate and key")
 	}
 	s.grpc = grpc.NewServer(gopts...)
-	authv3.RegisterAuthorizationServer(s.grpc, s.filter)
+	s.grpc.RegisterService(&authorizationService, s.filter)
 	// The response path (Envoy's ext_proc filter) on the same port: refunds, lease releases and
 	// provider feedback.
 	rec, err := reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg)})
@@ -228,6 +228,7 @@ func GRPCOptions(maxRecvBytes int) []grpc.ServerOption {
 		// what pricing and protobuf need, instead of a new goroutine growing (copying) its
 		// stack on every call; gRPC starts a goroutine as before when all are busy.
 		grpc.NumStreamWorkers(StreamWorkers),
+		grpc.ForceServerCodecV2(newCodec()),
 	}
 }
 

@@ -1,0 +1,349 @@
+package filter
+
+import (
+	"math"
+	"slices"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The answers are encoded by hand: they use a handful of fields of a handful of messages, and
+// protobuf's reflection-driven encoder spent more on them (sizing, then walking the metadata
+// map twice) than the decision itself, apart from pricing. Field numbers are those of
+// external_auth.proto, base.proto, http_status.proto, status.proto and struct.proto.
+const (
+	fieldRespStatus   = 1 // CheckResponse.status (google.rpc.Status)
+	fieldRespDenied   = 2 // CheckResponse.denied_response
+	fieldRespOK       = 3 // CheckResponse.ok_response
+	fieldRespMetadata = 4 // CheckResponse.dynamic_metadata
+
+	fieldStatusCode = 1 // google.rpc.Status.code, envoy.type.v3.HttpStatus.code
+
+	fieldDeniedStatus  = 1 // DeniedHttpResponse.status
+	fieldDeniedHeaders = 2 // DeniedHttpResponse.headers
+	fieldDeniedBody    = 3 // DeniedHttpResponse.body
+
+	fieldOKResponseHeaders = 6 // OkHttpResponse.response_headers_to_add
+
+	fieldOptionHeader = 1 // HeaderValueOption.header
+	fieldOptionAction = 3 // HeaderValueOption.append_action
+	fieldHeaderKey    = 1 // HeaderValue.key
+	fieldHeaderValue  = 2 // HeaderValue.value
+
+	fieldStructFields = 1 // Struct.fields (map<string, Value>)
+	fieldValueNumber  = 2 // Value.number_value
+	fieldValueString  = 3 // Value.string_value
+	fieldValueBool    = 4 // Value.bool_value
+	fieldValueList    = 6 // Value.list_value
+	fieldListValues   = 1 // ListValue.values
+)
+
+// AppendResponse appends the protobuf encoding of resp to b. It writes the fields the filter's
+// answers use; when resp sets any other, or a string that is not valid UTF-8 (which protobuf
+// refuses to encode), it returns b unchanged and false, and the caller encodes resp with
+// proto.Marshal instead. Both encodings decode to the same message. b grows
+// once, by exactly the encoding's size.
+func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
+	if resp == nil || len(resp.ProtoReflect().GetUnknown()) > 0 {
+		return b, false
+	}
+	var st, denied, ok, md int
+	var supported bool
+	if st, supported = statusSize(resp); !supported {
+		return b, false
+	}
+	switch hr := resp.HttpResponse.(type) {
+	case nil:
+	case *authv3.CheckResponse_DeniedResponse:
+		if denied, supported = deniedSize(hr.DeniedResponse); !supported {
+			return b, false
+		}
+	case *authv3.CheckResponse_OkResponse:
+		if ok, supported = okSize(hr.OkResponse); !supported {
+			return b, false
+		}
+	default:
+		return b, false
+	}
+	if resp.DynamicMetadata != nil {
+		if md, supported = structSize(resp.DynamicMetadata); !supported {
+			return b, false
+		}
+	}
+
+	total := 0
+	if resp.Status != nil {
+		total += lenSize(fieldRespStatus, st)
+	}
+	switch resp.HttpResponse.(type) {
+	case *authv3.CheckResponse_DeniedResponse:
+		total += lenSize(fieldRespDenied, denied)
+	case *authv3.CheckResponse_OkResponse:
+		total += lenSize(fieldRespOK, ok)
+	}
+	if resp.DynamicMetadata != nil {
+		total += lenSize(fieldRespMetadata, md)
+	}
+	b = slices.Grow(b, total)
+
+	if resp.Status != nil {
+		b = appendLen(b, fieldRespStatus, st)
+		b = appendCode(b, resp.Status.Code)
+	}
+	switch hr := resp.HttpResponse.(type) {
+	case *authv3.CheckResponse_DeniedResponse:
+		d := hr.DeniedResponse
+		b = appendLen(b, fieldRespDenied, denied)
+		if d.Status != nil {
+			b = appendLen(b, fieldDeniedStatus, codeSize(int32(d.Status.Code)))
+			b = appendCode(b, int32(d.Status.Code))
+		}
+		for _, h := range d.Headers {
+			b = appendOption(b, fieldDeniedHeaders, h)
+		}
+		if d.Body != "" {
+			b = protowire.AppendTag(b, fieldDeniedBody, protowire.BytesType)
+			b = protowire.AppendString(b, d.Body)
+		}
+	case *authv3.CheckResponse_OkResponse:
+		b = appendLen(b, fieldRespOK, ok)
+		for _, h := range hr.OkResponse.ResponseHeadersToAdd {
+			b = appendOption(b, fieldOKResponseHeaders, h)
+		}
+	}
+	if resp.DynamicMetadata != nil {
+		b = appendLen(b, fieldRespMetadata, md)
+		b = appendStruct(b, resp.DynamicMetadata)
+	}
+	return b, true
+}
+
+func appendLen(b []byte, num protowire.Number, n int) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(n))
+}
+
+// lenSize is the size of a length-delimited field of n bytes.
+func lenSize(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+// codeSize is the size of a Status or HttpStatus holding code (an int32 or enum field 1).
+func codeSize(code int32) int {
+	if code == 0 {
+		return 0
+	}
+	return protowire.SizeTag(fieldStatusCode) + protowire.SizeVarint(uint64(int64(code)))
+}
+
+func appendCode(b []byte, code int32) []byte {
+	if code == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, fieldStatusCode, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(int64(code)))
+}
+
+func statusSize(resp *authv3.CheckResponse) (int, bool) {
+	s := resp.Status
+	if s == nil {
+		return 0, true
+	}
+	if s.Message != "" || len(s.Details) > 0 || len(s.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	return codeSize(s.Code), true
+}
+
+func deniedSize(d *authv3.DeniedHttpResponse) (int, bool) {
+	if d == nil || len(d.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	n := 0
+	if d.Status != nil {
+		if len(d.Status.ProtoReflect().GetUnknown()) > 0 {
+			return 0, false
+		}
+		n += lenSize(fieldDeniedStatus, codeSize(int32(d.Status.Code)))
+	}
+	for _, h := range d.Headers {
+		s, ok := optionSize(h)
+		if !ok {
+			return 0, false
+		}
+		n += lenSize(fieldDeniedHeaders, s)
+	}
+	if d.Body != "" {
+		if !utf8.ValidString(d.Body) {
+			return 0, false
+		}
+		n += lenSize(fieldDeniedBody, len(d.Body))
+	}
+	return n, true
+}
+
+func okSize(o *authv3.OkHttpResponse) (int, bool) {
+	if o == nil || len(o.Headers) > 0 || len(o.HeadersToRemove) > 0 || o.DynamicMetadata != nil ||
+		len(o.QueryParametersToSet) > 0 || len(o.QueryParametersToRemove) > 0 ||
+		len(o.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	n := 0
+	for _, h := range o.ResponseHeadersToAdd {
+		s, ok := optionSize(h)
+		if !ok {
+			return 0, false
+		}
+		n += lenSize(fieldOKResponseHeaders, s)
+	}
+	return n, true
+}
+
+// optionSize sizes a HeaderValueOption with a key, a value and an append action.
+func optionSize(h *corev3.HeaderValueOption) (int, bool) {
+	if h == nil || h.Append != nil || h.KeepEmptyValue || len(h.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	n := 0
+	if hv := h.Header; hv != nil {
+		if len(hv.RawValue) > 0 || len(hv.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(hv.Key) || !utf8.ValidString(hv.Value) {
+			return 0, false
+		}
+		n += lenSize(fieldOptionHeader, headerSize(hv))
+	}
+	if h.AppendAction != 0 {
+		n += protowire.SizeTag(fieldOptionAction) + protowire.SizeVarint(uint64(h.AppendAction))
+	}
+	return n, true
+}
+
+func headerSize(hv *corev3.HeaderValue) int {
+	n := 0
+	if hv.Key != "" {
+		n += lenSize(fieldHeaderKey, len(hv.Key))
+	}
+	if hv.Value != "" {
+		n += lenSize(fieldHeaderValue, len(hv.Value))
+	}
+	return n
+}
+
+func appendOption(b []byte, num protowire.Number, h *corev3.HeaderValueOption) []byte {
+	s, _ := optionSize(h) // checked by the caller's sizing
+	b = appendLen(b, num, s)
+	if hv := h.Header; hv != nil {
+		b = appendLen(b, fieldOptionHeader, headerSize(hv))
+		if hv.Key != "" {
+			b = protowire.AppendTag(b, fieldHeaderKey, protowire.BytesType)
+			b = protowire.AppendString(b, hv.Key)
+		}
+		if hv.Value != "" {
+			b = protowire.AppendTag(b, fieldHeaderValue, protowire.BytesType)
+			b = protowire.AppendString(b, hv.Value)
+		}
+	}
+	if h.AppendAction != 0 {
+		b = protowire.AppendTag(b, fieldOptionAction, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(h.AppendAction))
+	}
+	return b
+}
+
+// structSize sizes a Struct whose values are strings, numbers, bools and lists of them.
+func structSize(s *structpb.Struct) (int, bool) {
+	if len(s.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	n := 0
+	for k, v := range s.Fields {
+		vs, ok := valueSize(v)
+		if !ok || !utf8.ValidString(k) {
+			return 0, false
+		}
+		n += lenSize(fieldStructFields, entrySize(k, vs))
+	}
+	return n, true
+}
+
+// entrySize is the size of a map entry with key k and a message value of vs bytes.
+func entrySize(k string, vs int) int {
+	return lenSize(fieldMapKey, len(k)) + lenSize(fieldMapValue, vs)
+}
+
+func valueSize(v *structpb.Value) (int, bool) {
+	if v == nil || len(v.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	switch k := v.Kind.(type) {
+	case *structpb.Value_StringValue:
+		return lenSize(fieldValueString, len(k.StringValue)), utf8.ValidString(k.StringValue)
+	case *structpb.Value_NumberValue:
+		return protowire.SizeTag(fieldValueNumber) + 8, true
+	case *structpb.Value_BoolValue:
+		return protowire.SizeTag(fieldValueBool) + 1, true
+	case *structpb.Value_ListValue:
+		ls, ok := listSize(k.ListValue)
+		if !ok {
+			return 0, false
+		}
+		return lenSize(fieldValueList, ls), true
+	}
+	return 0, false
+}
+
+func listSize(l *structpb.ListValue) (int, bool) {
+	if l == nil || len(l.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	n := 0
+	for _, v := range l.Values {
+		if _, nested := v.GetKind().(*structpb.Value_ListValue); nested {
+			return 0, false // not used by the answers; keeps the encoder free of recursion
+		}
+		vs, ok := valueSize(v)
+		if !ok {
+			return 0, false
+		}
+		n += lenSize(fieldListValues, vs)
+	}
+	return n, true
+}
+
+func appendStruct(b []byte, s *structpb.Struct) []byte {
+	for k, v := range s.Fields {
+		vs, _ := valueSize(v) // checked by the caller's sizing
+		b = appendLen(b, fieldStructFields, entrySize(k, vs))
+		b = protowire.AppendTag(b, fieldMapKey, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = appendLen(b, fieldMapValue, vs)
+		b = appendValue(b, v)
+	}
+	return b
+}
+
+func appendValue(b []byte, v *structpb.Value) []byte {
+	switch k := v.Kind.(type) {
+	case *structpb.Value_StringValue:
+		b = protowire.AppendTag(b, fieldValueString, protowire.BytesType)
+		b = protowire.AppendString(b, k.StringValue)
+	case *structpb.Value_NumberValue:
+		b = protowire.AppendTag(b, fieldValueNumber, protowire.Fixed64Type)
+		b = protowire.AppendFixed64(b, math.Float64bits(k.NumberValue))
+	case *structpb.Value_BoolValue:
+		b = protowire.AppendTag(b, fieldValueBool, protowire.VarintType)
+		b = protowire.AppendVarint(b, protowire.EncodeBool(k.BoolValue))
+	case *structpb.Value_ListValue:
+		ls, _ := listSize(k.ListValue)
+		b = appendLen(b, fieldValueList, ls)
+		for _, e := range k.ListValue.Values {
+			vs, _ := valueSize(e)
+			b = appendLen(b, fieldListValues, vs)
+			b = appendValue(b, e)
+		}
+	}
+	return b
+}

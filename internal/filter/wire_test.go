@@ -1,0 +1,184 @@
+package filter
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+// wantWire is what decodeCheck must read, taken from protobuf's own decoding of the request.
+func wantWire(req *authv3.CheckRequest, tenantHeader, priorityHeader string) wireRequest {
+	var w wireRequest
+	attrs := req.GetAttributes()
+	w.principal = attrs.GetSource().GetPrincipal()
+	if ext := attrs.GetContextExtensions(); len(ext) > 0 {
+		w.ext = ext
+	}
+	h := attrs.GetRequest().GetHttp()
+	w.http = h != nil
+	w.path, w.size = h.GetPath(), h.GetSize()
+	w.body = h.GetRawBody()
+	if len(w.body) == 0 && h.GetBody() != "" {
+		w.body = []byte(h.GetBody())
+	}
+	names := [hdrCount]string{":path", "content-type", "content-encoding", "content-length", "x-envoy-auth-partial-body", tenantHeader, priorityHeader}
+	for i, n := range names {
+		if n == "" {
+			continue
+		}
+		w.hdr[i], w.has[i] = h.GetHeaders()[n]
+	}
+	return w
+}
+
+func diffWire(t *testing.T, name string, got, want wireRequest) {
+	t.Helper()
+	if len(got.body) == 0 && len(want.body) == 0 {
+		got.body, want.body = nil, nil
+	}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(wireRequest{})); d != "" {
+		t.Errorf("%s: decodeCheck differs from protobuf (-want +got):\n%s", name, d)
+	}
+}
+
+// decodeCheck reads every fixture as protobuf's decoder does.
+func TestDecodeCheckMatchesProto(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/requests/*.json")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("fixtures: %v (%d)", err, len(files))
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		req := loadRequest(t, name)
+		// The tenant header is one of the fixed ones in one case: both must be read.
+		for _, hs := range [][2]string{{"x-tenant", "x-priority"}, {"content-type", ""}, {"", ""}} {
+			data, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got wireRequest
+			if err := decodeCheck(data, hs[0], hs[1], &got); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			diffWire(t, name, got, wantWire(req, hs[0], hs[1]))
+		}
+	}
+}
+
+// Repeated map keys (the last wins), unknown fields and known fields of another wire type are
+// read as protobuf reads them.
+func TestDecodeCheckProtobufRules(t *testing.T) {
+	t.Parallel()
+	entry := func(num protowire.Number, k, v string) []byte {
+		var e []byte
+		e = protowire.AppendTag(e, fieldMapKey, protowire.BytesType)
+		e = protowire.AppendString(e, k)
+		e = protowire.AppendTag(e, fieldMapValue, protowire.BytesType)
+		e = protowire.AppendString(e, v)
+		b := protowire.AppendTag(nil, num, protowire.BytesType)
+		return protowire.AppendBytes(b, e)
+	}
+	var h []byte
+	h = append(h, entry(fieldHTTPHeaders, "x-tenant", "first")...)
+	h = append(h, entry(fieldHTTPHeaders, "content-type", "text/plain")...)
+	h = append(h, entry(fieldHTTPHeaders, "x-tenant", "second")...)
+	h = protowire.AppendTag(h, fieldHTTPPath, protowire.VarintType) // path with a wrong wire type
+	h = protowire.AppendVarint(h, 7)
+	h = protowire.AppendTag(h, fieldHTTPPath, protowire.BytesType)
+	h = protowire.AppendString(h, "/v1/chat/completions")
+	h = protowire.AppendTag(h, 99, protowire.Fixed32Type) // unknown
+	h = protowire.AppendFixed32(h, 1)
+	h = protowire.AppendTag(h, fieldHTTPRawBody, protowire.BytesType)
+	h = protowire.AppendString(h, `{"model":"gpt-4o"}`)
+	h = protowire.AppendTag(h, fieldHTTPSize, protowire.VarintType)
+	h = protowire.AppendVarint(h, 18)
+	r := protowire.AppendTag(nil, fieldRequestHTTP, protowire.BytesType)
+	r = protowire.AppendBytes(r, h)
+	a := protowire.AppendTag(nil, fieldAttrRequest, protowire.BytesType)
+	a = protowire.AppendBytes(a, r)
+	a = append(a, entry(fieldAttrExtensions, "rule", "a")...)
+	a = append(a, entry(fieldAttrExtensions, "rule", "b")...)
+	data := protowire.AppendTag(nil, fieldCheckAttributes, protowire.BytesType)
+	data = protowire.AppendBytes(data, a)
+
+	req := &authv3.CheckRequest{}
+	if err := proto.Unmarshal(data, req); err != nil {
+		t.Fatal(err)
+	}
+	var got wireRequest
+	if err := decodeCheck(data, "x-tenant", "", &got); err != nil {
+		t.Fatal(err)
+	}
+	want := wantWire(req, "x-tenant", "")
+	diffWire(t, "hand-made", got, want)
+	if got.hdr[hdrTenant] != "second" || got.ext["rule"] != "b" {
+		t.Errorf("tenant %q, ext %v: want the last occurrences", got.hdr[hdrTenant], got.ext)
+	}
+}
+
+// Every truncation of an encoded request fails exactly when protobuf's decoder fails.
+func TestDecodeCheckTruncated(t *testing.T) {
+	t.Parallel()
+	data, err := proto.Marshal(loadRequest(t, "route_limit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range len(data) {
+		var w wireRequest
+		gotErr := decodeCheck(data[:n], "x-tenant", "", &w) != nil
+		wantErr := proto.Unmarshal(data[:n], &authv3.CheckRequest{}) != nil
+		if gotErr != wantErr {
+			t.Fatalf("prefix of %d of %d bytes: decodeCheck error %v, protobuf error %v", n, len(data), gotErr, wantErr)
+		}
+	}
+}
+
+// checkEncoding: AppendResponse encodes resp, and the encoding decodes to resp.
+func checkEncoding(t testing.TB, resp *authv3.CheckResponse) {
+	t.Helper()
+	b, ok := AppendResponse(nil, resp)
+	if !ok {
+		t.Fatalf("AppendResponse declined %v", resp)
+	}
+	got := &authv3.CheckResponse{}
+	if err := proto.Unmarshal(b, got); err != nil {
+		t.Fatalf("AppendResponse's encoding: %v\n%v", err, resp)
+	}
+	if d := cmp.Diff(resp, got, protocmp.Transform()); d != "" {
+		t.Fatalf("AppendResponse's encoding decodes to another message (-want +got):\n%s", d)
+	}
+}
+
+// Every golden answer goes through the encoder the service uses (env.check also checks each
+// answer of the other tests); fields the answers never use are declined, not dropped.
+func TestAppendResponse(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/responses/*.json")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("fixtures: %v (%d)", err, len(files))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := &authv3.CheckResponse{}
+		if err := protojson.Unmarshal(data, resp); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		checkEncoding(t, resp)
+	}
+	unused := &authv3.CheckResponse{HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{HeadersToRemove: []string{"x"}}}}
+	if b, ok := AppendResponse([]byte("kept"), unused); ok || string(b) != "kept" {
+		t.Errorf("AppendResponse of an unused field: %q, %v; want the input and false", b, ok)
+	}
+}
