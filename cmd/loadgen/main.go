@@ -68,7 +68,7 @@ type options struct {
 	floors                            string
 	timeout, redisTimeout             time.Duration
 	redisPool, redisBatch             int
-	jsonPath, cpuProfile              string
+	jsonPath, cpuProfile, floorProfile string
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -98,6 +98,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.redisBatch, "redis-batch", 32, "the in-process service's Redis pipeline size (as ext-authz -redis-batch); 0: one call per round trip")
 	fs.StringVar(&o.jsonPath, "json", "-", "write the figures as JSON to this file; - : after the table on stdout; empty: not at all")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of one more slice of the service alone (in process: samples labelled side=service or side=tool)")
+	fs.StringVar(&o.floorProfile, "floor-cpuprofile", "", "write a CPU profile of one more slice of the no-op floor alone (samples labelled side=floor or side=tool)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -230,7 +231,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var all []*series
 	var noopS, evalS *series
 	if floors["noop"] {
-		addr, stop, err := startNoop(config.DefaultMaxRecvBytes)
+		var addr string
+		var stop func()
+		pprof.Do(ctx, pprof.Labels("side", "floor"), func(context.Context) {
+			addr, stop, err = startNoop(config.DefaultMaxRecvBytes)
+		})
 		if err != nil {
 			return err
 		}
@@ -293,20 +298,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rep.Redis = &sent
 	}
 
-	// The profile is of one more slice of the service alone, so that no floor is in it.
+	// Each profile is of one more slice of its run alone, so that no other run is in it.
 	if o.cpuProfile != "" {
-		prof, err := os.Create(o.cpuProfile)
-		if err != nil {
+		if err := profileSlice(ctx, o.cpuProfile, o.load, reqs, ours.call, max(slice, 5*time.Second)); err != nil {
 			return err
 		}
-		if err := pprof.StartCPUProfile(prof); err != nil {
-			return err
-		}
-		pprof.Do(ctx, pprof.Labels("side", "tool"), func(ctx context.Context) {
-			(&series{call: ours.call}).slice(ctx, o.load, reqs, max(slice, 5*time.Second))
-		})
-		pprof.StopCPUProfile()
-		if err := prof.Close(); err != nil {
+	}
+	if o.floorProfile != "" && noopS != nil {
+		if err := profileSlice(ctx, o.floorProfile, o.load, reqs, noopS.call, max(slice, 5*time.Second)); err != nil {
 			return err
 		}
 	}
@@ -471,4 +470,22 @@ func printTable(w io.Writer, rep *report) {
 		fmt.Fprintf(w, "\nredis commands sent per decision: %.4f (bar <= 1)  sent %v  in scripts %v\n", rc.PerDecision, rc.Sent, rc.InScript)
 	}
 	fmt.Fprintln(w)
+}
+
+// profileSlice writes a CPU profile of one slice of call, whose client side is labelled
+// side=tool.
+func profileSlice(ctx context.Context, path string, l load, reqs []*rawRequest, call caller, d time.Duration) error {
+	prof, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(prof); err != nil {
+		prof.Close()
+		return err
+	}
+	pprof.Do(ctx, pprof.Labels("side", "tool"), func(ctx context.Context) {
+		(&series{call: call}).slice(ctx, l, reqs, d)
+	})
+	pprof.StopCPUProfile()
+	return prof.Close()
 }
