@@ -4,13 +4,14 @@
 -- Units
 --   time      microseconds since the Unix epoch, from redis.call('TIME') only (exact in a double
 --             until the year 2255); periods and waits in microseconds.
---   amounts   tokens or requests, integers up to 1e12 passed as decimal strings; a token bucket's
+--   amounts   tokens or requests, integers up to 1e12 passed as doubles; a token bucket's
 --             level is a double (fractional while it refills), written with %.17g so that it
 --             reads back bit for bit.
 --
 -- KEYS[i]     bucket i; every key of a call shares one Redis Cluster hash slot (the caller's tag).
--- ARGV[1]     space-separated: <op> <max_wait_us> <lease>, then for each key
---             <alg> <limit> <period_us> <capacity> <amount> <reserve>
+-- ARGV[1]     binary, read with struct.unpack (little-endian; numbers are doubles, exact for the
+--             integers they carry): the header '<c1ddc0' <op> <max_wait_us> <lease>, then for
+--             each key '<c1ddddd' <alg> <limit> <period_us> <capacity> <amount> <reserve>
 --               op        T = take, A = adjust, L = lower
 --               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
 --               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
@@ -20,11 +21,15 @@
 --                         > 0 releases the lease, <= 0 does nothing);
 --                         lower: the remaining the provider reports; a bucket holding more is
 --                         charged the difference, one holding less is left alone
---               reserve   floor x capacity, a decimal: a take must leave at least this much
+--               reserve   floor x capacity: a take must leave at least this much
+--             Binary rather than text: parsing decimal text in Lua was a sixth of the script's
+--             CPU (docs/performance.md).
 -- ARGV[2..]   ignored (tests append a fake TIME there)
 --
--- Reply (take), integers only because Redis truncates Lua numbers in replies:
---   { outcome, blocking, wait_us, then per key: remaining, capacity, reset_us, wait_us }
+-- Reply (take): 3 + 4 x #KEYS little-endian int64s in one string (struct '<i8...'; numbers are
+-- truncated toward zero, as Redis truncates Lua numbers in replies), cheaper to build and to
+-- read than an array of integers:
+--   outcome, blocking, wait_us, then per key: remaining, capacity, reset_us, wait_us
 --   outcome   0 allowed, 1 delayed (debited; proceed after wait_us), 2 denied (nothing debited;
 --             retry after wait_us), 3 impossible (nothing debited; a cost exceeds capacity - reserve)
 --   blocking  0-based index of the bucket with the longest wait (or the first impossible one), -1
@@ -95,21 +100,26 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-local a = {}
-for w in string.gmatch(ARGV[1], '%S+') do a[#a + 1] = w end
-local op, max_wait, lease = a[1], tonumber(a[2]), a[3]
+local args = ARGV[1]
 local n = #KEYS
-if #a ~= 3 + 6 * n then
-  return redis.error_reply('ERR bucket.lua: want ' .. (3 + 6 * n) .. ' arguments, got ' .. #a)
+local HEADER, BUCKET = '<c1ddc0', '<c1ddddd'
+if #args < 17 then
+  return redis.error_reply('ERR bucket.lua: arguments of ' .. #args .. ' bytes')
+end
+local op, max_wait, lease, pos = struct.unpack(HEADER, args)
+if #args ~= pos - 1 + 41 * n then
+  return redis.error_reply('ERR bucket.lua: want ' .. (pos - 1 + 41 * n) .. ' bytes of arguments, got ' .. #args)
 end
 
 -- Load every bucket as of now, without writing.
 local bs = {}
 for i = 1, n do
-  local j = 3 + 6 * (i - 1)
+  local alg, limit, period, cap, amount, reserve
+  alg, limit, period, cap, amount, reserve, pos = struct.unpack(BUCKET, args, pos)
+  -- Every field a token bucket uses, in the constructor: the table is sized once.
   local b = {
-    key = KEYS[i], alg = a[j + 1], limit = tonumber(a[j + 2]), period = tonumber(a[j + 3]),
-    cap = tonumber(a[j + 4]), amount = tonumber(a[j + 5]), reserve = tonumber(a[j + 6]),
+    key = KEYS[i], alg = alg, limit = limit, period = period, cap = cap, amount = amount,
+    reserve = reserve, level = 0, ts = 0, wait = 0,
   }
   if b.alg == 't' then
     local v = redis.call('HMGET', b.key, 'l', 't')
@@ -391,4 +401,4 @@ for _, b in ipairs(bs) do
   reply[#reply + 1] = reset_of(b)
   reply[#reply + 1] = b.wait
 end
-return reply
+return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))

@@ -3,8 +3,9 @@ package bucket
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
-	"strconv"
+	"math"
 	"strings"
 	"time"
 
@@ -77,9 +78,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 	keys := s.keys(req.Tag, n, func(i int) *Spec { return &req.Buckets[i] })
 
 	var buf [512]byte
-	a := append(buf[:0], 'T', ' ')
-	a = strconv.AppendInt(a, int64(req.MaxWait/time.Microsecond), 10)
-	a = appendLease(a, req.Lease)
+	a := appendHeader(buf[:0], 'T', req.MaxWait, req.Lease)
 	for i := range req.Buckets {
 		b := &req.Buckets[i]
 		a = appendParams(a, paramsOf(b, b.Cost))
@@ -101,7 +100,7 @@ func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error 
 	}
 	keys := s.keys(tag, len(adj), func(i int) *Spec { return &adj[i].Spec })
 	var buf [512]byte
-	a := appendLease(append(buf[:0], "A 0"...), lease)
+	a := appendHeader(buf[:0], 'A', 0, lease)
 	for i := range adj {
 		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta))
 	}
@@ -117,7 +116,7 @@ func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
 	}
 	keys := s.keys(tag, len(lv), func(i int) *Spec { return &lv[i].Spec })
 	var buf [512]byte
-	a := append(buf[:0], "L 0 -"...)
+	a := appendHeader(buf[:0], 'L', 0, "")
 	for i := range lv {
 		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining))
 	}
@@ -136,12 +135,16 @@ func (s *Redis) runCount(ctx context.Context, op string, keys []string, argv []b
 	return nil
 }
 
-// appendLease appends " lease", or " -" for none.
-func appendLease(a []byte, lease string) []byte {
+// appendHeader appends the call's header in the script's format (struct '<c1ddc0'): the
+// operation, max_wait in microseconds, then the lease's length and bytes ("-" for none).
+func appendHeader(a []byte, op byte, maxWait time.Duration, lease string) []byte {
 	if lease == "" {
-		return append(a, " -"...)
+		lease = "-"
 	}
-	return append(append(a, ' '), lease...)
+	a = append(a, op)
+	a = binary.LittleEndian.AppendUint64(a, math.Float64bits(float64(maxWait/time.Microsecond)))
+	a = binary.LittleEndian.AppendUint64(a, math.Float64bits(float64(len(lease))))
+	return append(a, lease...)
 }
 
 // keys builds every key of a call in one allocation (the keys share the backing string).
@@ -189,38 +192,26 @@ func (s *Redis) run(ctx context.Context, keys []string, argv []byte) (any, error
 	return v, nil
 }
 
-// appendParams appends " alg limit period cap amount reserve" in the script's format.
+// appendParams appends one bucket in the script's format (struct '<c1ddddd'): alg, limit,
+// period, cap, amount, reserve. The numbers are doubles, as in the script: the amounts are
+// integers up to MaxAmount, exact in a double.
 func appendParams(a []byte, p params) []byte {
-	a = append(a, ' ', p.alg, ' ')
-	a = strconv.AppendInt(a, int64(p.limit), 10)
-	a = append(a, ' ')
-	a = strconv.AppendInt(a, int64(p.period), 10)
-	a = append(a, ' ')
-	a = strconv.AppendInt(a, int64(p.cap), 10)
-	a = append(a, ' ')
-	a = strconv.AppendInt(a, int64(p.amount), 10)
-	a = append(a, ' ')
-	return strconv.AppendFloat(a, p.reserve, 'g', -1, 64)
+	a = append(a, p.alg)
+	for _, x := range [...]float64{p.limit, p.period, p.cap, p.amount, p.reserve} {
+		a = binary.LittleEndian.AppendUint64(a, math.Float64bits(x))
+	}
+	return a
 }
 
-// parseTake decodes the script's take reply, checking every element.
+// parseTake decodes the script's take reply (3 + 4n little-endian int64s), checking its size
+// and ranges.
 func parseTake(v any, n int) (Result, error) {
-	arr, ok := v.([]any)
-	if !ok || len(arr) != 3+4*n {
-		return Result{}, fmt.Errorf("%w: take returned %T of length %d, want %d integers", ErrReply, v, lenOf(v), 3+4*n)
+	raw, ok := v.(string)
+	if !ok || len(raw) != 8*(3+4*n) {
+		return Result{}, fmt.Errorf("%w: take returned %T of %d bytes, want %d", ErrReply, v, lenOf(v), 8*(3+4*n))
 	}
-	var bad error
-	num := func(i int) int64 {
-		x, ok := arr[i].(int64)
-		if !ok && bad == nil {
-			bad = fmt.Errorf("%w: take reply element %d is %T, want an integer", ErrReply, i, arr[i])
-		}
-		return x
-	}
+	num := func(i int) int64 { return int64(binary.LittleEndian.Uint64([]byte(raw[8*i : 8*i+8]))) }
 	out, blocking, wait := num(0), num(1), num(2)
-	if bad != nil {
-		return Result{}, bad
-	}
 	if out < int64(Allowed) || out > int64(Impossible) || blocking < -1 || blocking >= int64(n) || wait < 0 {
 		return Result{}, fmt.Errorf("%w: take reply header %d %d %d out of range", ErrReply, out, blocking, wait)
 	}
@@ -239,15 +230,12 @@ func parseTake(v any, n int) (Result, error) {
 			Wait:      durationUS(max(num(j+3), 0)),
 		}
 	}
-	if bad != nil {
-		return Result{}, bad
-	}
 	return res, nil
 }
 
 func lenOf(v any) int {
-	if arr, ok := v.([]any); ok {
-		return len(arr)
+	if s, ok := v.(string); ok {
+		return len(s)
 	}
 	return -1
 }
