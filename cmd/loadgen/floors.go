@@ -142,6 +142,10 @@ type redisCommands struct {
 	InScript map[string]int64 `json:"in_script"`
 	// PerDecision is the sent commands per decision.
 	PerDecision float64 `json:"sent_per_decision"`
+	// CPUPerDecision is redis-server's CPU (user and system, INFO cpu) per decision, in
+	// microseconds: the script's cost, which a profile of the service does not show.
+	CPUPerDecision float64 `json:"cpu_us_per_decision"`
+	cpu            time.Duration
 }
 
 func diffStats(before, after map[string]int64) redisCommands {
@@ -181,7 +185,29 @@ func (rc *redisCommands) perDecision(decisions int) {
 	}
 	if decisions > 0 {
 		rc.PerDecision = float64(sent) / float64(decisions)
+		rc.CPUPerDecision = round3(float64(rc.cpu.Microseconds()) / float64(decisions))
 	}
+}
+
+// serverCPU reads INFO cpu: the CPU time redis-server has used (user and system, all threads).
+func serverCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
+			continue
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu line %q", line)
+		}
+		total += x
+	}
+	return time.Duration(total * float64(time.Second)), nil
 }
 
 // loadAvg is the 1-minute load average (0 where /proc/loadavg does not exist).

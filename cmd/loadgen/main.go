@@ -58,16 +58,16 @@ func main() {
 }
 
 type options struct {
-	addr, store, redisURL, configPath string
-	load                              load
-	rounds                            int
-	body, models                      string
-	tenants, conns, distinct          int
-	conversations                     int
-	deny                              float64
-	floors                            string
-	timeout, redisTimeout             time.Duration
-	redisPool, redisBatch             int
+	addr, store, redisURL, configPath  string
+	load                               load
+	rounds                             int
+	body, models                       string
+	tenants, conns, distinct           int
+	conversations                      int
+	deny                               float64
+	floors                             string
+	timeout, redisTimeout              time.Duration
+	redisPool, redisBatch              int
 	jsonPath, cpuProfile, floorProfile string
 }
 
@@ -142,6 +142,14 @@ type report struct {
 	Runs     []result       `json:"runs"`
 	Ratios   map[string]any `json:"ratios"`
 	Redis    *redisCommands `json:"redis_commands,omitempty"`
+	Profile  *profiled      `json:"profile,omitempty"`
+}
+
+// profiled describes the slice of the service that -cpuprofile profiled: the decisions made and
+// the CPU redis-server spent meanwhile (INFO cpu), which the profile of this process cannot show.
+type profiled struct {
+	Decisions      int   `json:"decisions"`
+	RedisCPUMillis int64 `json:"redis_cpu_ms,omitempty"`
 }
 
 type machine struct {
@@ -262,8 +270,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for range o.rounds {
 		for _, s := range all {
 			var before map[string]int64
+			var cpu0 time.Duration
 			if s == ours && rdb != nil && o.store == "redis" {
 				if before, err = commandStats(ctx, rdb); err != nil {
+					return err
+				}
+				if cpu0, err = serverCPU(ctx, rdb); err != nil {
 					return err
 				}
 			}
@@ -273,7 +285,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return err
 				}
+				cpu1, err := serverCPU(ctx, rdb)
+				if err != nil {
+					return err
+				}
 				sent.add(diffStats(before, after))
+				sent.cpu += cpu1 - cpu0
 			}
 		}
 		if ctx.Err() != nil {
@@ -300,12 +317,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// Each profile is of one more slice of its run alone, so that no other run is in it.
 	if o.cpuProfile != "" {
-		if err := profileSlice(ctx, o.cpuProfile, o.load, reqs, ours.call, max(slice, 5*time.Second)); err != nil {
+		var cpu0, cpu1 time.Duration
+		measure := rdb != nil && o.store == "redis"
+		if measure {
+			if cpu0, err = serverCPU(ctx, rdb); err != nil {
+				return err
+			}
+		}
+		n, err := profileSlice(ctx, o.cpuProfile, o.load, reqs, ours.call, max(slice, 5*time.Second))
+		if err != nil {
 			return err
+		}
+		rep.Profile = &profiled{Decisions: n}
+		if measure {
+			if cpu1, err = serverCPU(ctx, rdb); err != nil {
+				return err
+			}
+			rep.Profile.RedisCPUMillis = (cpu1 - cpu0).Milliseconds()
 		}
 	}
 	if o.floorProfile != "" && noopS != nil {
-		if err := profileSlice(ctx, o.floorProfile, o.load, reqs, noopS.call, max(slice, 5*time.Second)); err != nil {
+		if _, err := profileSlice(ctx, o.floorProfile, o.load, reqs, noopS.call, max(slice, 5*time.Second)); err != nil {
 			return err
 		}
 	}
@@ -468,24 +500,29 @@ func printTable(w io.Writer, rep *report) {
 	}
 	if rc := rep.Redis; rc != nil {
 		fmt.Fprintf(w, "\nredis commands sent per decision: %.4f (bar <= 1)  sent %v  in scripts %v\n", rc.PerDecision, rc.Sent, rc.InScript)
+		fmt.Fprintf(w, "redis-server CPU per decision: %.1f us (INFO cpu over the service's slices)\n", rc.CPUPerDecision)
+	}
+	if p := rep.Profile; p != nil {
+		fmt.Fprintf(w, "profiled slice: %d decisions, redis-server CPU %d ms\n", p.Decisions, p.RedisCPUMillis)
 	}
 	fmt.Fprintln(w)
 }
 
 // profileSlice writes a CPU profile of one slice of call, whose client side is labelled
-// side=tool.
-func profileSlice(ctx context.Context, path string, l load, reqs []*rawRequest, call caller, d time.Duration) error {
+// side=tool, and returns the number of requests answered in it.
+func profileSlice(ctx context.Context, path string, l load, reqs []*rawRequest, call caller, d time.Duration) (int, error) {
 	prof, err := os.Create(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := pprof.StartCPUProfile(prof); err != nil {
 		prof.Close()
-		return err
+		return 0, err
 	}
+	s := &series{call: call}
 	pprof.Do(ctx, pprof.Labels("side", "tool"), func(ctx context.Context) {
-		(&series{call: call}).slice(ctx, l, reqs, d)
+		s.slice(ctx, l, reqs, d)
 	})
 	pprof.StopCPUProfile()
-	return prof.Close()
+	return len(s.lats), prof.Close()
 }
