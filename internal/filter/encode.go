@@ -43,12 +43,13 @@ const (
 )
 
 // AppendResponse appends the protobuf encoding of resp to b. It writes the fields the filter's
-// answers use; when resp sets any other, or a string that is not valid UTF-8 (which protobuf
+// answers use (answers are built, never decoded: they carry no unknown fields); when resp sets
+// any other, or a string that is not valid UTF-8 (which protobuf
 // refuses to encode), it returns b unchanged and false, and the caller encodes resp with
 // proto.Marshal instead. Both encodings decode to the same message. b grows
 // once, by exactly the encoding's size.
 func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
-	if resp == nil || len(resp.ProtoReflect().GetUnknown()) > 0 {
+	if resp == nil {
 		return b, false
 	}
 	var st, denied, ok, md int
@@ -153,21 +154,18 @@ func statusSize(resp *authv3.CheckResponse) (int, bool) {
 	if s == nil {
 		return 0, true
 	}
-	if s.Message != "" || len(s.Details) > 0 || len(s.ProtoReflect().GetUnknown()) > 0 {
+	if s.Message != "" || len(s.Details) > 0 {
 		return 0, false
 	}
 	return codeSize(s.Code), true
 }
 
 func deniedSize(d *authv3.DeniedHttpResponse) (int, bool) {
-	if d == nil || len(d.ProtoReflect().GetUnknown()) > 0 {
+	if d == nil {
 		return 0, false
 	}
 	n := 0
 	if d.Status != nil {
-		if len(d.Status.ProtoReflect().GetUnknown()) > 0 {
-			return 0, false
-		}
 		n += lenSize(fieldDeniedStatus, codeSize(int32(d.Status.Code)))
 	}
 	for _, h := range d.Headers {
@@ -188,8 +186,7 @@ func deniedSize(d *authv3.DeniedHttpResponse) (int, bool) {
 
 func okSize(o *authv3.OkHttpResponse) (int, bool) {
 	if o == nil || len(o.Headers) > 0 || len(o.HeadersToRemove) > 0 || o.DynamicMetadata != nil ||
-		len(o.QueryParametersToSet) > 0 || len(o.QueryParametersToRemove) > 0 ||
-		len(o.ProtoReflect().GetUnknown()) > 0 {
+		len(o.QueryParametersToSet) > 0 || len(o.QueryParametersToRemove) > 0 {
 		return 0, false
 	}
 	n := 0
@@ -205,12 +202,12 @@ func okSize(o *authv3.OkHttpResponse) (int, bool) {
 
 // optionSize sizes a HeaderValueOption with a key, a value and an append action.
 func optionSize(h *corev3.HeaderValueOption) (int, bool) {
-	if h == nil || h.Append != nil || h.KeepEmptyValue || len(h.ProtoReflect().GetUnknown()) > 0 {
+	if h == nil || h.Append != nil || h.KeepEmptyValue {
 		return 0, false
 	}
 	n := 0
 	if hv := h.Header; hv != nil {
-		if len(hv.RawValue) > 0 || len(hv.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(hv.Key) || !utf8.ValidString(hv.Value) {
+		if len(hv.RawValue) > 0 || !utf8.ValidString(hv.Key) || !utf8.ValidString(hv.Value) {
 			return 0, false
 		}
 		n += lenSize(fieldOptionHeader, headerSize(hv))
@@ -233,7 +230,13 @@ func headerSize(hv *corev3.HeaderValue) int {
 }
 
 func appendOption(b []byte, num protowire.Number, h *corev3.HeaderValueOption) []byte {
-	s, _ := optionSize(h) // checked by the caller's sizing
+	s := 0
+	if h.Header != nil {
+		s += lenSize(fieldOptionHeader, headerSize(h.Header))
+	}
+	if h.AppendAction != 0 {
+		s += protowire.SizeTag(fieldOptionAction) + protowire.SizeVarint(uint64(h.AppendAction))
+	}
 	b = appendLen(b, num, s)
 	if hv := h.Header; hv != nil {
 		b = appendLen(b, fieldOptionHeader, headerSize(hv))
@@ -253,20 +256,42 @@ func appendOption(b []byte, num protowire.Number, h *corev3.HeaderValueOption) [
 	return b
 }
 
-// structSize sizes a Struct whose values are strings, numbers, bools and lists of them.
+// structSize sizes a Struct whose values are strings, numbers, bools and lists of them, and
+// checks that its strings are valid UTF-8.
 func structSize(s *structpb.Struct) (int, bool) {
-	if len(s.ProtoReflect().GetUnknown()) > 0 {
-		return 0, false
-	}
 	n := 0
 	for k, v := range s.Fields {
-		vs, ok := valueSize(v)
-		if !ok || !utf8.ValidString(k) {
+		if !validValue(v) || !utf8.ValidString(k) {
 			return 0, false
 		}
-		n += lenSize(fieldStructFields, entrySize(k, vs))
+		n += lenSize(fieldStructFields, entrySize(k, valueSize(v)))
 	}
 	return n, true
+}
+
+// validValue reports whether v is a string, number, bool, or list of those, and its strings are
+// valid UTF-8.
+func validValue(v *structpb.Value) bool {
+	if v == nil {
+		return false
+	}
+	switch k := v.Kind.(type) {
+	case *structpb.Value_StringValue:
+		return utf8.ValidString(k.StringValue)
+	case *structpb.Value_NumberValue, *structpb.Value_BoolValue:
+		return true
+	case *structpb.Value_ListValue:
+		if k.ListValue == nil {
+			return false
+		}
+		for _, e := range k.ListValue.Values {
+			if _, nested := e.GetKind().(*structpb.Value_ListValue); nested || !validValue(e) {
+				return false // nested lists are not used by the answers
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // entrySize is the size of a map entry with key k and a message value of vs bytes.
@@ -274,48 +299,32 @@ func entrySize(k string, vs int) int {
 	return lenSize(fieldMapKey, len(k)) + lenSize(fieldMapValue, vs)
 }
 
-func valueSize(v *structpb.Value) (int, bool) {
-	if v == nil || len(v.ProtoReflect().GetUnknown()) > 0 {
-		return 0, false
-	}
+// valueSize is the size of a Value that validValue accepted.
+func valueSize(v *structpb.Value) int {
 	switch k := v.Kind.(type) {
 	case *structpb.Value_StringValue:
-		return lenSize(fieldValueString, len(k.StringValue)), utf8.ValidString(k.StringValue)
+		return lenSize(fieldValueString, len(k.StringValue))
 	case *structpb.Value_NumberValue:
-		return protowire.SizeTag(fieldValueNumber) + 8, true
+		return protowire.SizeTag(fieldValueNumber) + 8
 	case *structpb.Value_BoolValue:
-		return protowire.SizeTag(fieldValueBool) + 1, true
+		return protowire.SizeTag(fieldValueBool) + 1
 	case *structpb.Value_ListValue:
-		ls, ok := listSize(k.ListValue)
-		if !ok {
-			return 0, false
-		}
-		return lenSize(fieldValueList, ls), true
+		return lenSize(fieldValueList, listSize(k.ListValue))
 	}
-	return 0, false
+	return 0
 }
 
-func listSize(l *structpb.ListValue) (int, bool) {
-	if l == nil || len(l.ProtoReflect().GetUnknown()) > 0 {
-		return 0, false
-	}
+func listSize(l *structpb.ListValue) int {
 	n := 0
 	for _, v := range l.Values {
-		if _, nested := v.GetKind().(*structpb.Value_ListValue); nested {
-			return 0, false // not used by the answers; keeps the encoder free of recursion
-		}
-		vs, ok := valueSize(v)
-		if !ok {
-			return 0, false
-		}
-		n += lenSize(fieldListValues, vs)
+		n += lenSize(fieldListValues, valueSize(v))
 	}
-	return n, true
+	return n
 }
 
 func appendStruct(b []byte, s *structpb.Struct) []byte {
 	for k, v := range s.Fields {
-		vs, _ := valueSize(v) // checked by the caller's sizing
+		vs := valueSize(v)
 		b = appendLen(b, fieldStructFields, entrySize(k, vs))
 		b = protowire.AppendTag(b, fieldMapKey, protowire.BytesType)
 		b = protowire.AppendString(b, k)
@@ -337,11 +346,9 @@ func appendValue(b []byte, v *structpb.Value) []byte {
 		b = protowire.AppendTag(b, fieldValueBool, protowire.VarintType)
 		b = protowire.AppendVarint(b, protowire.EncodeBool(k.BoolValue))
 	case *structpb.Value_ListValue:
-		ls, _ := listSize(k.ListValue)
-		b = appendLen(b, fieldValueList, ls)
+		b = appendLen(b, fieldValueList, listSize(k.ListValue))
 		for _, e := range k.ListValue.Values {
-			vs, _ := valueSize(e)
-			b = appendLen(b, fieldListValues, vs)
+			b = appendLen(b, fieldListValues, valueSize(e))
 			b = appendValue(b, e)
 		}
 	}
