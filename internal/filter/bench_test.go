@@ -99,7 +99,7 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ReportAllocs()
 			p := e.f.Policy()
 			for b.Loop() {
-				if w, err := decode(p, wire); err != nil || len(w.body) == 0 {
+				if w, err := decode(p, wire); err != nil || len(w.body()) == 0 {
 					b.Fatal(err)
 				}
 			}

@@ -169,7 +169,7 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
 		r.path = r.path[:i]
 	}
-	r.in.Body = w.body
+	r.in.Body = w.body()
 	r.in.ContentType = w.hdr[hdrContentType]
 	r.in.ContentEncoding = w.hdr[hdrContentEncoding]
 	r.in.ContentLength = -1

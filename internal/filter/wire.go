@@ -54,7 +54,8 @@ var errMalformed = errors.New("malformed CheckRequest")
 type wireRequest struct {
 	http      bool // attributes.request.http is present
 	path      string
-	body      []byte // raw_body, or body when raw_body is empty
+	rawBody   []byte // raw_body
+	strBody   []byte // body, the string form, used when raw_body is empty
 	size      int64
 	principal string
 	ext       map[string]string // nil when the route sends none
@@ -105,10 +106,10 @@ func decodeCheck(data []byte, tenantHeader, priorityHeader string, w *wireReques
 	})
 }
 
-// decodeHTTP reads an HttpRequest.
+// decodeHTTP reads an HttpRequest; a field absent from this occurrence of the message keeps the
+// value an earlier occurrence gave it (protobuf merges repeated occurrences of a message field).
 func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest) error {
-	var body, raw []byte
-	err := eachField(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	return eachField(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ != protowire.BytesType && num != fieldHTTPSize {
 			return nil
 		}
@@ -144,9 +145,9 @@ func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest
 		case fieldHTTPPath:
 			w.path = unsafeString(v)
 		case fieldHTTPBody:
-			body = v
+			w.strBody = v
 		case fieldHTTPRawBody:
-			raw = v
+			w.rawBody = v
 		case fieldHTTPSize:
 			if typ == protowire.VarintType {
 				x, _ := protowire.ConsumeVarint(v)
@@ -155,11 +156,14 @@ func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest
 		}
 		return nil
 	})
-	w.body = raw
-	if len(raw) == 0 {
-		w.body = body
+}
+
+// body is raw_body, or body when raw_body is empty.
+func (w *wireRequest) body() []byte {
+	if len(w.rawBody) > 0 {
+		return w.rawBody
 	}
-	return err
+	return w.strBody
 }
 
 // mapEntry reads one map<string, string> entry.

@@ -25,10 +25,7 @@ func wantWire(req *authv3.CheckRequest, tenantHeader, priorityHeader string) wir
 	h := attrs.GetRequest().GetHttp()
 	w.http = h != nil
 	w.path, w.size = h.GetPath(), h.GetSize()
-	w.body = h.GetRawBody()
-	if len(w.body) == 0 && h.GetBody() != "" {
-		w.body = []byte(h.GetBody())
-	}
+	w.rawBody, w.strBody = h.GetRawBody(), []byte(h.GetBody())
 	names := [hdrCount]string{":path", "content-type", "content-encoding", "content-length", "x-envoy-auth-partial-body", tenantHeader, priorityHeader}
 	for i, n := range names {
 		if n == "" {
@@ -41,8 +38,11 @@ func wantWire(req *authv3.CheckRequest, tenantHeader, priorityHeader string) wir
 
 func diffWire(t *testing.T, name string, got, want wireRequest) {
 	t.Helper()
-	if len(got.body) == 0 && len(want.body) == 0 {
-		got.body, want.body = nil, nil
+	if len(got.rawBody) == 0 && len(want.rawBody) == 0 {
+		got.rawBody, want.rawBody = nil, nil
+	}
+	if len(got.strBody) == 0 && len(want.strBody) == 0 {
+		got.strBody, want.strBody = nil, nil
 	}
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(wireRequest{})); d != "" {
 		t.Errorf("%s: decodeCheck differs from protobuf (-want +got):\n%s", name, d)
@@ -109,19 +109,25 @@ func TestDecodeCheckProtobufRules(t *testing.T) {
 	a = append(a, entry(fieldAttrExtensions, "rule", "b")...)
 	data := protowire.AppendTag(nil, fieldCheckAttributes, protowire.BytesType)
 	data = protowire.AppendBytes(data, a)
+	// A second occurrence of attributes with one more header and no body: protobuf merges it
+	// into the first, so the body, path and size stay.
+	h2 := entry(fieldHTTPHeaders, "x-priority", "batch")
+	r2 := protowire.AppendBytes(protowire.AppendTag(nil, fieldRequestHTTP, protowire.BytesType), h2)
+	a2 := protowire.AppendBytes(protowire.AppendTag(nil, fieldAttrRequest, protowire.BytesType), r2)
+	data = protowire.AppendBytes(protowire.AppendTag(data, fieldCheckAttributes, protowire.BytesType), a2)
 
 	req := &authv3.CheckRequest{}
 	if err := proto.Unmarshal(data, req); err != nil {
 		t.Fatal(err)
 	}
 	var got wireRequest
-	if err := decodeCheck(data, "x-tenant", "", &got); err != nil {
+	if err := decodeCheck(data, "x-tenant", "x-priority", &got); err != nil {
 		t.Fatal(err)
 	}
-	want := wantWire(req, "x-tenant", "")
+	want := wantWire(req, "x-tenant", "x-priority")
 	diffWire(t, "hand-made", got, want)
-	if got.hdr[hdrTenant] != "second" || got.ext["rule"] != "b" {
-		t.Errorf("tenant %q, ext %v: want the last occurrences", got.hdr[hdrTenant], got.ext)
+	if got.hdr[hdrTenant] != "second" || got.ext["rule"] != "b" || got.hdr[hdrPriority] != "batch" || len(got.body()) == 0 {
+		t.Errorf("tenant %q, ext %v, priority %q, body %q: want the last occurrences, merged", got.hdr[hdrTenant], got.ext, got.hdr[hdrPriority], got.body())
 	}
 }
 
