@@ -184,9 +184,9 @@ func mapEntry(data []byte) (k, v string, err error) {
 }
 
 // eachField calls fn with every field of the message encoded in data: for length-delimited
-// fields v is the payload, for varints its encoding, and for fixed-size fields their bytes.
-// Groups and truncated or invalid encodings are errMalformed; a field of an unexpected wire
-// type is passed on with its type, for fn to ignore.
+// fields v is the payload, for other wire types the field's encoding (a group's up to its end).
+// Truncated or invalid encodings are errMalformed; a field of an unexpected wire type is passed
+// on with its type, for fn to ignore.
 func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
@@ -202,14 +202,12 @@ func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v 
 				return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(m))
 			}
 			v, n = b, m
-		case protowire.VarintType, protowire.Fixed32Type, protowire.Fixed64Type:
+		default: // varints, fixed-size values and groups (skipped whole, as unknown fields)
 			n = protowire.ConsumeFieldValue(num, typ, data)
 			if n < 0 {
 				return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
 			}
 			v = data[:n]
-		default:
-			return fmt.Errorf("%w: field %d: wire type %d", errMalformed, num, typ)
 		}
 		data = data[n:]
 		if err := fn(num, typ, v); err != nil {

@@ -188,3 +188,33 @@ func TestAppendResponse(t *testing.T) {
 		t.Errorf("AppendResponse of an unused field: %q, %v; want the input and false", b, ok)
 	}
 }
+
+// FuzzDecodeCheck: whatever protobuf's decoder accepts, decodeCheck accepts and reads alike;
+// anything else never panics.
+//
+//	go test -run '^$' -fuzz FuzzDecodeCheck -fuzztime 5m ./internal/filter/
+func FuzzDecodeCheck(f *testing.F) {
+	files, err := filepath.Glob("testdata/requests/*.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, file := range files {
+		data, err := proto.Marshal(loadRequest(f, strings.TrimSuffix(filepath.Base(file), ".json")))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got wireRequest
+		err := decodeCheck(data, "x-tenant", "x-priority", &got)
+		req := &authv3.CheckRequest{}
+		if proto.Unmarshal(data, req) != nil {
+			return
+		}
+		if err != nil {
+			t.Fatalf("decodeCheck: %v; protobuf accepted %v", err, req)
+		}
+		diffWire(t, "fuzzed", got, wantWire(req, "x-tenant", "x-priority"))
+	})
+}
