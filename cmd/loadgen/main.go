@@ -148,8 +148,8 @@ type report struct {
 // profiled describes the slice of the service that -cpuprofile profiled: the decisions made and
 // the CPU redis-server spent meanwhile (INFO cpu), which the profile of this process cannot show.
 type profiled struct {
-	Decisions      int   `json:"decisions"`
-	RedisCPUMillis int64 `json:"redis_cpu_ms,omitempty"`
+	Decisions      int    `json:"decisions"`
+	RedisCPUMillis *int64 `json:"redis_cpu_ms,omitempty"` // nil: not measured (no Redis store)
 }
 
 type machine struct {
@@ -333,7 +333,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if cpu1, err = serverCPU(ctx, rdb); err != nil {
 				return err
 			}
-			rep.Profile.RedisCPUMillis = (cpu1 - cpu0).Milliseconds()
+			ms := (cpu1 - cpu0).Milliseconds()
+			rep.Profile.RedisCPUMillis = &ms
 		}
 	}
 	if o.floorProfile != "" && noopS != nil {
@@ -503,7 +504,11 @@ func printTable(w io.Writer, rep *report) {
 		fmt.Fprintf(w, "redis-server CPU per decision: %.1f us (INFO cpu over the service's slices)\n", rc.CPUPerDecision)
 	}
 	if p := rep.Profile; p != nil {
-		fmt.Fprintf(w, "profiled slice: %d decisions, redis-server CPU %d ms\n", p.Decisions, p.RedisCPUMillis)
+		fmt.Fprintf(w, "profiled slice: %d decisions", p.Decisions)
+		if p.RedisCPUMillis != nil {
+			fmt.Fprintf(w, ", redis-server CPU %d ms", *p.RedisCPUMillis)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 }
