@@ -42,12 +42,12 @@ const (
 	fieldListValues   = 1 // ListValue.values
 )
 
-// AppendResponse appends the protobuf encoding of resp to b. It writes the fields the filter's
-// answers use (answers are built, never decoded: they carry no unknown fields); when resp sets
-// any other, or a string that is not valid UTF-8 (which protobuf
-// refuses to encode), it returns b unchanged and false, and the caller encodes resp with
-// proto.Marshal instead. Both encodings decode to the same message. b grows
-// once, by exactly the encoding's size.
+// AppendResponse appends the protobuf encoding of resp to b, growing b once, by exactly the
+// encoding's size. It writes the fields the filter's answers use (answers are built, never
+// decoded: they carry no unknown fields); when resp sets any other, or holds a string that is not
+// valid UTF-8 (which protobuf refuses to encode), it returns b unchanged and false, and the
+// caller encodes resp with proto.Marshal instead. Both encodings decode to the same message
+// (TestAppendResponseKnowsEveryField keeps the list of fields current). Safe for concurrent use.
 func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
 	if resp == nil {
 		return b, false

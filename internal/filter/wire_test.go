@@ -3,15 +3,20 @@ package filter
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // wantWire is what decodeCheck must read, taken from protobuf's own decoding of the request.
@@ -217,4 +222,37 @@ func FuzzDecodeCheck(f *testing.F) {
 		}
 		diffWire(t, "fuzzed", got, wantWire(req, "x-tenant", "x-priority"))
 	})
+}
+
+// AppendResponse writes some fields of these messages and declines answers that set the others:
+// a field added by a newer go-control-plane must be added to one list or the other, or it could
+// be dropped silently. Field numbers per message, as the descriptors give them.
+func TestAppendResponseKnowsEveryField(t *testing.T) {
+	t.Parallel()
+	known := []struct {
+		msg    proto.Message
+		fields []int
+	}{
+		{&authv3.CheckResponse{}, []int{1, 2, 3, 4, 5}},     // status, denied, ok, metadata written; error_response declined
+		{&authv3.DeniedHttpResponse{}, []int{1, 2, 3}},      // all written
+		{&authv3.OkHttpResponse{}, []int{2, 3, 5, 6, 7, 8}}, // response_headers_to_add written; the rest declined
+		{&corev3.HeaderValueOption{}, []int{1, 2, 3, 4}},    // header, append_action written; append, keep_empty_value declined
+		{&corev3.HeaderValue{}, []int{1, 2, 3}},             // key, value written; raw_value declined
+		{&rpcstatus.Status{}, []int{1, 2, 3}},               // code written; message, details declined
+		{&typev3.HttpStatus{}, []int{1}},                    // code written
+		{&structpb.Value{}, []int{1, 2, 3, 4, 5, 6}},
+		{&structpb.Struct{}, []int{1}},    // fields written
+		{&structpb.ListValue{}, []int{1}}, // values written        // number, string, bool, list written; null, struct declined
+	}
+	for _, k := range known {
+		fds := k.msg.ProtoReflect().Descriptor().Fields()
+		var got []int
+		for i := range fds.Len() {
+			got = append(got, int(fds.Get(i).Number()))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, k.fields) {
+			t.Errorf("%s has fields %v, AppendResponse knows %v", k.msg.ProtoReflect().Descriptor().FullName(), got, k.fields)
+		}
+	}
 }
