@@ -83,6 +83,8 @@ type Filter struct {
 	degraded atomic.Bool
 	// replicas is the number of live replicas last discovered through the store; 0: unknown.
 	replicas atomic.Int64
+	// storeOK is when a shared store call last succeeded, in Unix nanoseconds; 0: never.
+	storeOK atomic.Int64
 }
 
 var _ authv3.AuthorizationServer = (*Filter)(nil)
@@ -129,6 +131,13 @@ func (f *Filter) Policy() *Policy { return f.policy.Load() }
 
 // Degraded reports whether the last store call failed (the store is considered unreachable).
 func (f *Filter) Degraded() bool { return f.degraded.Load() }
+
+// StoreAnsweredSince reports whether a decision's call to the shared store succeeded at or
+// after t (by the filter's clock): the store was up then, without a health ping to ask it.
+func (f *Filter) StoreAnsweredSince(t time.Time) bool {
+	ok := f.storeOK.Load()
+	return ok != 0 && ok >= t.UnixNano()
+}
 
 // SetReplicas records the number of live replicas discovered through the store (a heartbeat
 // while it is up). In failure.mode local, each replica then enforces limit / n; until a first
@@ -352,7 +361,11 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (buck
 		defer cancel()
 	}
 	res, err := f.opts.Limiter.Take(sctx, req)
-	f.m.store("take", f.opts.Now().Sub(t0), err)
+	t1 := f.opts.Now()
+	f.m.store("take", t1.Sub(t0), err)
+	if err == nil {
+		f.storeOK.Store(t1.UnixNano())
+	}
 	f.opts.Breaker.done(ctx, probe, err)
 	f.degraded.Store(err != nil)
 	return res, err

@@ -324,8 +324,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
-// watchStore pings the store every second (every 250ms while the breaker is open): the service
-// becomes ready once the store answered, and llm_ratelimit_store_up follows it. During a later
+// watchStore pings the store every second (every 250ms while the breaker is open), unless a
+// decision reached it since the last round: the service becomes ready once the store answered,
+// and llm_ratelimit_store_up follows it. In failure.mode local it also beats the replica
+// heartbeat, whose count divides the limits during an outage. During a later
 // outage the service stays ready so that its failure policy (not Envoy's) decides, and a
 // successful ping lets the breaker probe at once. On Redis Cluster, an open breaker also reloads
 // the slot map: go-redis does so on MOVED, but not when a dead master stops answering and its
@@ -334,19 +336,28 @@ func (s *Server) watchStore(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	<-t.C
+	var last time.Time // when the previous round started
 	for {
+		start := time.Now()
 		open := s.breaker.State() != "closed"
 		pctx, cancel := context.WithTimeout(ctx, max(s.opts.RedisTimeout*4, 200*time.Millisecond))
 		if open && s.cluster != nil {
 			s.cluster.ReloadState(pctx)
 		}
-		err := s.store.Ping(pctx)
-		if err == nil && s.replicas != nil {
+		var err error
+		// A decision that reached the store since the last round says what a ping would: a busy
+		// replica sends exactly one command per decision (docs/performance.md).
+		if open || !s.ready.Load() || !s.filter.StoreAnsweredSince(last) {
+			err = s.store.Ping(pctx)
+		}
+		// The replica count only divides limits in failure.mode local: no heartbeat otherwise.
+		if err == nil && s.replicas != nil && s.filter.Policy().Config.File.Failure.Mode == "local" {
 			if n := s.replicas.beat(pctx); n > 0 {
 				s.filter.SetReplicas(n)
 			}
 		}
 		cancel()
+		last = start
 		if ctx.Err() != nil {
 			return
 		}
