@@ -169,11 +169,10 @@ func deniedSize(d *authv3.DeniedHttpResponse) (int, bool) {
 		n += lenSize(fieldDeniedStatus, codeSize(int32(d.Status.Code)))
 	}
 	for _, h := range d.Headers {
-		s, ok := optionSize(h)
-		if !ok {
+		if !validOption(h) {
 			return 0, false
 		}
-		n += lenSize(fieldDeniedHeaders, s)
+		n += lenSize(fieldDeniedHeaders, optionSize(h))
 	}
 	if d.Body != "" {
 		if !utf8.ValidString(d.Body) {
@@ -191,31 +190,34 @@ func okSize(o *authv3.OkHttpResponse) (int, bool) {
 	}
 	n := 0
 	for _, h := range o.ResponseHeadersToAdd {
-		s, ok := optionSize(h)
-		if !ok {
+		if !validOption(h) {
 			return 0, false
 		}
-		n += lenSize(fieldOKResponseHeaders, s)
+		n += lenSize(fieldOKResponseHeaders, optionSize(h))
 	}
 	return n, true
 }
 
-// optionSize sizes a HeaderValueOption with a key, a value and an append action.
-func optionSize(h *corev3.HeaderValueOption) (int, bool) {
+// validOption reports whether h holds only a header (key and value, valid UTF-8) and an append
+// action: what appendOption writes.
+func validOption(h *corev3.HeaderValueOption) bool {
 	if h == nil || h.Append != nil || h.KeepEmptyValue {
-		return 0, false
+		return false
 	}
+	hv := h.Header
+	return hv == nil || (len(hv.RawValue) == 0 && utf8.ValidString(hv.Key) && utf8.ValidString(hv.Value))
+}
+
+// optionSize is the size of a HeaderValueOption that validOption accepted.
+func optionSize(h *corev3.HeaderValueOption) int {
 	n := 0
 	if hv := h.Header; hv != nil {
-		if len(hv.RawValue) > 0 || !utf8.ValidString(hv.Key) || !utf8.ValidString(hv.Value) {
-			return 0, false
-		}
 		n += lenSize(fieldOptionHeader, headerSize(hv))
 	}
 	if h.AppendAction != 0 {
 		n += protowire.SizeTag(fieldOptionAction) + protowire.SizeVarint(uint64(h.AppendAction))
 	}
-	return n, true
+	return n
 }
 
 func headerSize(hv *corev3.HeaderValue) int {
@@ -230,14 +232,7 @@ func headerSize(hv *corev3.HeaderValue) int {
 }
 
 func appendOption(b []byte, num protowire.Number, h *corev3.HeaderValueOption) []byte {
-	s := 0
-	if h.Header != nil {
-		s += lenSize(fieldOptionHeader, headerSize(h.Header))
-	}
-	if h.AppendAction != 0 {
-		s += protowire.SizeTag(fieldOptionAction) + protowire.SizeVarint(uint64(h.AppendAction))
-	}
-	b = appendLen(b, num, s)
+	b = appendLen(b, num, optionSize(h))
 	if hv := h.Header; hv != nil {
 		b = appendLen(b, fieldOptionHeader, headerSize(hv))
 		if hv.Key != "" {
