@@ -99,7 +99,8 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ReportAllocs()
 			p := e.f.Policy()
 			for b.Loop() {
-				if w, err := decode(p, wire); err != nil || len(w.body()) == 0 {
+				var w wireRequest
+				if err := decode(p, wire, &w); err != nil || len(w.body()) == 0 {
 					b.Fatal(err)
 				}
 			}

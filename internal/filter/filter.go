@@ -222,17 +222,16 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	return r, nil
 }
 
-// decode reads data, an encoded CheckRequest, for p.
-func decode(p *Policy, data []byte) (*wireRequest, error) {
-	w := &wireRequest{}
+// decode reads data, an encoded CheckRequest, into w for p.
+func decode(p *Policy, data []byte, w *wireRequest) error {
 	tenant := ""
 	if p.Config.File.Tenant.Source == "header" {
 		tenant = p.Config.File.Tenant.Header
 	}
 	if err := decodeCheck(data, tenant, p.Config.File.Priority.Header, w); err != nil {
-		return nil, status.Error(codes.InvalidArgument, "filter: "+err.Error())
+		return status.Error(codes.InvalidArgument, "filter: "+err.Error())
 	}
-	return w, nil
+	return nil
 }
 
 // marshal encodes req for CheckBytes.
@@ -261,12 +260,12 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*authv3.CheckResponse, error) {
 	start := f.opts.Now()
 	p := f.policy.Load()
-	w, err := decode(p, data)
-	if err != nil {
+	var w wireRequest
+	if err := decode(p, data, &w); err != nil {
 		f.m.error(reasonMalformed)
 		return nil, err
 	}
-	r, err := f.parse(p, w)
+	r, err := f.parse(p, &w)
 	if err != nil {
 		if status.Code(err) == codes.InvalidArgument {
 			f.m.error(reasonNotHTTP)
@@ -543,11 +542,11 @@ func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := decode(p, data)
-	if err != nil {
+	var w wireRequest
+	if err := decode(p, data, &w); err != nil {
 		return nil, err
 	}
-	r, err := f.parse(p, w)
+	r, err := f.parse(p, &w)
 	if err != nil {
 		return nil, err
 	}
