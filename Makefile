@@ -31,6 +31,8 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 ./...
+	@# The soak's memory bound, without the race detector's shadow memory in the RSS.
+	$(GO) test -count=1 -run '^TestSoak$$' ./cmd/ext-authz/
 
 ## istio: render every kustomize overlay and validate it strictly (a module of its own: istio/go.mod)
 istio:

@@ -129,8 +129,11 @@ rules:
 	}
 	// After warm-up (the second sample), RSS may not grow by more than a quarter (plus 8 MiB of
 	// GC slack), and goroutines by more than a few.
+	// Under the race detector RSS also counts its shadow memory, which grows with the heap
+	// churned through (72 -> 74 MiB without it, 282 -> 373 MiB with it, the same 2 minutes):
+	// make unit runs this test again without the detector for the RSS bound.
 	base, last := points[1], points[len(points)-1]
-	if last.rss > base.rss*1.25+8<<20 {
+	if !raceEnabled && last.rss > base.rss*1.25+8<<20 {
 		t.Errorf("RSS grew from %.1f MiB to %.1f MiB", base.rss/(1<<20), last.rss/(1<<20))
 	}
 	if last.goroutines > base.goroutines+10 {
