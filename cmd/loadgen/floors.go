@@ -130,7 +130,7 @@ func commandStats(ctx context.Context, c redis.UniversalClient) (map[string]int6
 
 // inScript are the commands the scripts run inside a script call (bucket.lua, the floor's, the
 // service's replica heartbeat): Redis counts them in commandstats, but they are not round trips.
-var inScript = map[string]bool{"time": true, "hmget": true, "hgetall": true, "hset": true, "hdel": true, "del": true,
+var inScript = map[string]bool{"time": true, "mget": true, "set": true, "hgetall": true, "hset": true, "hdel": true, "del": true,
 	"pexpire": true, "incrby": true, "zadd": true, "zcard": true, "zrem": true, "zremrangebyscore": true, "zrangebyscore": true, "zscore": true}
 
 // redisCommands summarizes the commandstats difference of a run.

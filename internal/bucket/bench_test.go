@@ -3,6 +3,8 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +32,9 @@ func benchSpecs(n int) []Spec {
 
 // BenchmarkRedis measures decisions/s of the Redis store with 1, 2 and 4 buckets per decision
 // against a bare EVALSHA of a trivial script, on the same server and concurrency in the same run;
-// x_bare is the store's throughput as a fraction of the bare EVALSHA's.
+// x_bare is the store's throughput as a fraction of the bare EVALSHA's. redis-us/op is
+// redis-server's own CPU per decision (INFO cpu), the script's cost whatever else the machine
+// runs.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.StartServer(b)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
@@ -41,6 +45,7 @@ func BenchmarkRedis(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(benchParallelism)
 		keys := []string{"bench:{p}bare"}
+		cpu := startRedisCPU(b, c)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := trivialScript.Run(ctx, c, keys, "x").Err(); err != nil {
@@ -51,6 +56,7 @@ func BenchmarkRedis(b *testing.B) {
 		})
 		bare = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		cpu.report(b)
 	})
 	for _, n := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("buckets=%d", n), func(b *testing.B) {
@@ -58,6 +64,7 @@ func BenchmarkRedis(b *testing.B) {
 			r := &Request{Tag: "openai", Buckets: benchSpecs(n)}
 			b.ReportAllocs()
 			b.SetParallelism(benchParallelism)
+			cpu := startRedisCPU(b, c)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					res, err := s.Take(ctx, r)
@@ -72,8 +79,44 @@ func BenchmarkRedis(b *testing.B) {
 			if bare > 0 {
 				b.ReportMetric(bare/ns, "x_bare")
 			}
+			cpu.report(b)
 		})
 	}
+}
+
+// redisCPU is redis-server's CPU time (user and system) from a benchmark's start.
+type redisCPU struct {
+	c     *redis.Client
+	start time.Duration
+}
+
+func startRedisCPU(b *testing.B, c *redis.Client) redisCPU {
+	return redisCPU{c, readRedisCPU(b, c)}
+}
+
+// report adds redis-us/op, the server's CPU per operation since start.
+func (r redisCPU) report(b *testing.B) {
+	used := readRedisCPU(b, r.c) - r.start
+	b.ReportMetric(float64(used.Microseconds())/float64(b.N), "redis-us/op")
+}
+
+func readRedisCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	for line := range strings.SplitSeq(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			total += time.Duration(sec * float64(time.Second))
+		}
+	}
+	return total
 }
 
 // BenchmarkMemory measures the in-memory store's decisions, sequentially (allocations, latency).

@@ -5,8 +5,8 @@
 --   time      microseconds since the Unix epoch, from redis.call('TIME') only (exact in a double
 --             until the year 2255); periods and waits in microseconds.
 --   amounts   tokens or requests, integers up to 1e12 passed as doubles; a token bucket's
---             level is a double (fractional while it refills), written with %.17g so that it
---             reads back bit for bit.
+--             level is a double (fractional while it refills), stored as the double's 8 bytes so
+--             that it reads back bit for bit.
 --
 -- KEYS[i]     bucket i; every key of a call shares one Redis Cluster hash slot (the caller's tag).
 -- ARGV[1]     binary, read with struct.unpack (little-endian; numbers are doubles, exact for the
@@ -40,12 +40,17 @@
 --             reserved ahead); its wait is the time until its oldest lease expires, at most BUSY_US
 -- Reply (adjust, lower): the number of keys.
 --
--- Storage (one hash per bucket, expiring once the bucket would be full again plus MARGIN_MS; a
+-- Storage (one key per bucket, expiring once the bucket would be full again plus MARGIN_MS; a
 -- missing key is a full bucket, and a write that leaves a bucket full deletes its key):
---   token bucket   l = level, t = time of that level
---   sliding window <sub-window index> = amount admitted in that sub-window
---   quota          u = amount used (above limit: debt carried into the next periods), p = period index
+--   token bucket   a 16-byte string, struct '<dd': level, time of that level
+--   quota          a 16-byte string, struct '<dd': amount used (above limit: debt carried into the
+--                  next periods), period index
+--   sliding window a hash: <sub-window index> = amount admitted in that sub-window
 --   concurrency    a sorted set: lease id -> expiry time; expired leases are pruned on write
+-- The two-number buckets are strings so that one MGET reads all of them and one SET ... PX writes
+-- each with its expiry: a hash took an HMGET per bucket and an HSET and a PEXPIRE per write, and
+-- its numbers as decimal text (docs/performance.md). A string key of any other length (not
+-- written by this script) reads as a full bucket and is overwritten by the next write.
 
 local SLOTS = 10        -- sub-windows per sliding window
 local MARGIN_MS = 1000  -- expiry margin
@@ -111,8 +116,16 @@ if #args ~= pos - 1 + 41 * n then
   return redis.error_reply('ERR bucket.lua: want ' .. (pos - 1 + 41 * n) .. ' bytes of arguments, got ' .. #args)
 end
 
--- Load every bucket as of now, without writing.
+-- Load every bucket as of now, without writing. The string-stored buckets are read together,
+-- once, by the first of them (MGET answers nil for the keys of other types).
 local bs = {}
+local strings
+local function load16(i)
+  if strings == nil then strings = redis.call('MGET', unpack(KEYS)) end
+  local raw = strings[i]
+  if raw and #raw == 16 then return struct.unpack('<dd', raw) end
+  return nil
+end
 for i = 1, n do
   local alg, limit, period, cap, amount, reserve
   alg, limit, period, cap, amount, reserve, pos = struct.unpack(BUCKET, args, pos)
@@ -122,13 +135,13 @@ for i = 1, n do
     reserve = reserve, level = 0, ts = 0, wait = 0,
   }
   if b.alg == 't' then
-    local v = redis.call('HMGET', b.key, 'l', 't')
-    b.level, b.ts = tonumber(v[1]), tonumber(v[2])
-    if b.level == nil or b.ts == nil then
+    local level, ts = load16(i)
+    if level == nil then
       b.level, b.ts = b.cap, now
-    elseif now > b.ts then
-      b.level = b.level + (now - b.ts) * b.limit / b.period
-      b.ts = now
+    elseif now > ts then
+      b.level, b.ts = level + (now - ts) * b.limit / b.period, now
+    else
+      b.level, b.ts = level, ts
     end
     if b.level > b.cap then b.level = b.cap end
   elseif b.alg == 's' then
@@ -147,14 +160,14 @@ for i = 1, n do
     end
     table.sort(b.slots, function(p, q) return p[1] < q[1] end)
   elseif b.alg == 'd' or b.alg == 'm' then
-    local v = redis.call('HMGET', b.key, 'u', 'p')
-    b.used, b.p = tonumber(v[1]) or 0, tonumber(v[2])
+    local used, p = load16(i)
     local cur = period_of(b.alg, now)
-    if b.p == nil then
+    if used == nil then
       b.used, b.p = 0, cur
-    elseif b.p < cur then
-      b.used = math.max(0, b.used - b.limit * (cur - b.p))
-      b.p = cur
+    elseif p < cur then
+      b.used, b.p = math.max(0, used - b.limit * (cur - p)), cur
+    else
+      b.used, b.p = used, p
     end
   elseif b.alg == 'c' then
     -- Live leases only: expired ones are still stored until the next write prunes them.
@@ -197,21 +210,36 @@ local function remaining_of(b)
   return b.cap - b.used
 end
 
--- Write b back (it changed), or delete it when it is full, with its expiry.
+-- Milliseconds to keep a bucket that is full again in live microseconds: live plus the margin.
+local function ttl_ms(live)
+  return math.ceil(live / 1000) + MARGIN_MS
+end
+
+-- Write b back (it changed) with its expiry, or delete it when it is full.
 local function store(b)
-  if b.alg == 'c' then
+  if b.alg == 't' then
+    if b.level >= b.cap then
+      redis.call('DEL', b.key)
+    else
+      redis.call('SET', b.key, struct.pack('<dd', b.level, b.ts), 'PX', ttl_ms(reset_of(b)))
+    end
+    return
+  elseif b.alg == 'd' or b.alg == 'm' then
+    if b.used <= 0 then
+      redis.call('DEL', b.key)
+    else
+      -- A quota is full again once its debt is paid off: ceil(used / limit) periods ahead.
+      local live = period_start(b.alg, b.p + math.ceil(b.used / b.limit)) - now
+      redis.call('SET', b.key, struct.pack('<dd', b.used, b.p), 'PX', ttl_ms(live))
+    end
+    return
+  elseif b.alg == 'c' then
     redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now))
     if b.last == nil then
       redis.call('DEL', b.key)
       return
     end
-  elseif b.alg == 't' then
-    if b.level >= b.cap then
-      redis.call('DEL', b.key)
-      return
-    end
-    redis.call('HSET', b.key, 'l', num(b.level), 't', num(b.ts))
-  elseif b.alg == 's' then
+  else
     if #b.stale > 0 then redis.call('HDEL', b.key, unpack(b.stale)) end
     if b.sum <= 0 then
       redis.call('DEL', b.key)
@@ -229,23 +257,8 @@ local function store(b)
       if s[2] > 0 then kept[#kept + 1] = s end
     end
     b.slots = kept
-  else
-    if b.used <= 0 then
-      redis.call('DEL', b.key)
-      return
-    end
-    redis.call('HSET', b.key, 'u', num(b.used), 'p', num(b.p))
   end
-  local live = reset_of(b)
-  if b.alg == 'c' then
-    redis.call('PEXPIRE', b.key, math.ceil(live / 1000) + MARGIN_MS)
-    return
-  end
-  if b.alg == 'd' or b.alg == 'm' then
-    -- A quota is full again once its debt is paid off: ceil(used / limit) periods ahead.
-    live = period_start(b.alg, b.p + math.ceil(b.used / b.limit)) - now
-  end
-  redis.call('PEXPIRE', b.key, math.ceil(live / 1000) + MARGIN_MS)
+  redis.call('PEXPIRE', b.key, ttl_ms(reset_of(b)))
 end
 
 -- Add amount to the sub-window holding time at (keeping slots sorted and marking it dirty).
@@ -394,11 +407,8 @@ if outcome <= 1 then
   end
 end
 
-local reply = { outcome, blocking, wait }
-for _, b in ipairs(bs) do
-  reply[#reply + 1] = remaining_of(b)
-  reply[#reply + 1] = b.cap
-  reply[#reply + 1] = reset_of(b)
-  reply[#reply + 1] = b.wait
+local reply = { struct.pack('<i8i8i8', outcome, blocking, wait) }
+for i, b in ipairs(bs) do
+  reply[i + 1] = struct.pack('<i8i8i8i8', remaining_of(b), b.cap, reset_of(b), b.wait)
 end
-return struct.pack('<' .. string.rep('i8', #reply), unpack(reply))
+return table.concat(reply)

@@ -50,8 +50,8 @@
 //     Period. The state is the level, a double, and the time of that level. The refill is computed
 //     as elapsed x Limit / Period in doubles, exact to about 1e-16 relative, so a 1e9-token cost,
 //     a 1e12-token burst or a 31-day period are all exact to well below a token and a
-//     microsecond; comparisons allow 1e-14 x capacity of rounding. Levels are stored with %.17g,
-//     which reads back bit for bit.
+//     microsecond; comparisons allow 1e-14 x capacity of rounding. Levels are stored as the double's 8
+//     bytes, which read back bit for bit.
 //   - SlidingWindow: at most Limit in any rolling Period, approximated with SlidingWindows (10)
 //     sub-windows of Period/10. A decision counts every sub-window that overlaps the last Period,
 //     so it never admits more than Limit in any rolling Period; the error is one-sided: an
@@ -66,12 +66,18 @@
 //
 // # Keys and Redis Cluster
 //
-// A bucket is one small hash at
+// A bucket is one small key at
 //
-//	<prefix>{<tag>}<alg>:<name>      e.g.  rl:{openai}t:tenant-42:gpt-4o:tpm
+//	<prefix>{<tag>}<alg>:<name>      e.g.  rl:{openai}T:tenant-42:gpt-4o:tpm
 //
-// where alg is t, s, d, m or c (token bucket, sliding window, daily or monthly quota, concurrency), so a bucket
-// whose algorithm changes starts afresh instead of misreading the other's state. The hash tag is
+// where alg is T, s, D, M or c (token bucket, sliding window, daily or monthly quota, concurrency), so a bucket
+// whose algorithm changes starts afresh instead of misreading the other's state. A token bucket
+// or a quota is a 16-byte string (two doubles, read with one MGET for all of a decision's buckets
+// and written with SET ... PX), a sliding window a hash, a concurrency bucket a sorted set.
+// Builds before the strings kept token buckets and quotas as hashes under t, d and m: during a
+// rolling upgrade from one, old and new replicas keep separate state for those buckets (each
+// replica's own admissions are counted) until the old ones are gone, and the old keys expire on
+// their own. The hash tag is
 // the Request's Tag: every key of a decision hashes to one Cluster slot, which the atomic script
 // requires (a cross-slot script is refused). The tag should be the provider (openai, anthropic...):
 // the provider-wide buckets then live with the tenants' and models' buckets they are checked
@@ -93,7 +99,7 @@
 // A key expires once its bucket would be full again, plus a 1 s margin; a missing key is a full
 // bucket, so a bucket re-created from nothing starts full, and a write that leaves a bucket full
 // deletes its key. Denials and zero-cost decisions write nothing. MEMORY USAGE on Redis 7.0 for
-// the example keys above (about 35-byte keys): token bucket 120 bytes, daily or monthly quota 104
+// the example keys above (about 35-byte keys): token bucket 136 bytes, daily or monthly quota 104
 // bytes, sliding window with all 11 sub-windows in use 184 bytes.
 //
 // With RedisOptions.MaxBatch, the script calls of concurrent decisions are coalesced into

@@ -79,15 +79,29 @@ func keyLen(prefix, tag string, s *Spec) int {
 	return len(prefix) + 1 + partLen(tag) + 1 + 2 + partLen(s.Name)
 }
 
-// appendKey appends the key of bucket s: prefix "{" tag "}" alg ":" name, where alg is the
-// algorithm letter (t, s, d or m) so that a bucket renamed to another algorithm never reads the
-// other's state. The hash tag is the encoded tag, the only braces in the key.
+// appendKey appends the key of bucket s: prefix "{" tag "}" code ":" name, where code is
+// keyCode's letter, so that a bucket renamed to another algorithm never reads the other's state.
+// The hash tag is the encoded tag, the only braces in the key.
 func appendKey(dst []byte, prefix, tag string, s *Spec) []byte {
 	dst = append(dst, prefix...)
 	dst = append(dst, '{')
 	dst = appendPart(dst, tag)
-	dst = append(dst, '}', s.algCode(), ':')
+	dst = append(dst, '}', keyCode(s), ':')
 	return appendPart(dst, s.Name)
+}
+
+// keyCode names a bucket's algorithm and storage in its key: upper case for the buckets stored
+// as a 16-byte string (T token bucket, D daily quota, M monthly quota), lower case for a hash (s,
+// sliding window) or a sorted set (c, concurrency). Builds before the strings kept token buckets
+// and quotas as hashes under t, d and m: their keys are never read and expire on their own, and a
+// replica of such a build never meets a string where it expects a hash.
+func keyCode(s *Spec) byte {
+	switch c := s.algCode(); c {
+	case 't', 'd', 'm':
+		return c - 'a' + 'A'
+	default:
+		return c
+	}
 }
 
 // cleanPrefix makes a configured key prefix brace-free, so that the tag is the key's hash tag.

@@ -201,6 +201,45 @@ func TestRedisStorage(t *testing.T) {
 	}
 }
 
+// TestRedisForeignValue checks that a token bucket's or a quota's key holding something the
+// script did not write (a string of another length, a hash as earlier builds wrote) reads as a full
+// bucket and is overwritten by the next debit, instead of failing every decision until it expires.
+func TestRedisForeignValue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	s := NewRedis(c, RedisOptions{Prefix: "fv:"})
+	tb := tokenBucket("tpm", 1000, time.Minute, 100)
+	day := quota("day", 1000, Day, 100)
+	key := func(spec Spec) string {
+		return s.keys("p", 1, func(int) *Spec { return &spec })[0]
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func(key string) error
+	}{
+		{"short string", func(k string) error { return c.Set(ctx, k, "garbage", 0).Err() }},
+		{"hash", func(k string) error { return c.HSet(ctx, k, "l", "3", "t", "1").Err() }},
+	} {
+		for _, spec := range []Spec{tb, day} {
+			if err := tc.plant(key(spec)); err != nil {
+				t.Fatal(err)
+			}
+			if res := take(t, s, req(spec)); res.Outcome != Allowed || res.Buckets[0].Remaining != 900 {
+				t.Errorf("%s in %s: %+v, want allowed with 900 left", tc.name, spec.Name, res.Buckets[0])
+			}
+			if typ := c.Type(ctx, key(spec)).Val(); typ != "string" || c.StrLen(ctx, key(spec)).Val() != 16 {
+				t.Errorf("%s in %s: left a %s, want the 16-byte string", tc.name, spec.Name, typ)
+			}
+			if got := remaining(t, s, "p", spec); got != 900 {
+				t.Errorf("%s in %s: %d left after the debit, want 900", tc.name, spec.Name, got)
+			}
+			c.Del(ctx, key(spec))
+		}
+	}
+}
+
 // TestDifferential drives the Memory and Redis stores with the same random operations on the same
 // clock and requires identical results, bit for bit.
 func TestDifferential(t *testing.T) {
@@ -299,11 +338,11 @@ func TestKeys(t *testing.T) {
 			}
 		}
 	}
-	if got := string(appendKey(nil, "rl:", "openai", &Spec{Name: "tenant-42:gpt-4o:tpm"})); got != "rl:{openai}t:tenant-42:gpt-4o:tpm" {
+	if got := string(appendKey(nil, "rl:", "openai", &Spec{Name: "tenant-42:gpt-4o:tpm"})); got != "rl:{openai}T:tenant-42:gpt-4o:tpm" {
 		t.Errorf("readable key = %q", got)
 	}
 	s := NewRedis(nil, RedisOptions{Prefix: "a{b}c:"})
-	if got := s.keys("x", 1, func(int) *Spec { return &Spec{Name: "n"} })[0]; got != "a%7Bb%7Dc:{x}t:n" {
+	if got := s.keys("x", 1, func(int) *Spec { return &Spec{Name: "n"} })[0]; got != "a%7Bb%7Dc:{x}T:n" {
 		t.Errorf("braces in the prefix: key %q", got)
 	}
 }
@@ -321,7 +360,7 @@ func TestRedisOneRoundTrip(t *testing.T) {
 		take(t, s, &Request{Tag: "openai", Buckets: benchSpecs(4)})
 	}
 	// Commands the script runs count too; anything else would be an extra round trip.
-	inScript := map[string]bool{"time": true, "hmget": true, "hgetall": true, "hset": true, "hdel": true, "del": true, "pexpire": true}
+	inScript := map[string]bool{"time": true, "mget": true, "set": true, "hgetall": true, "hset": true, "hdel": true, "del": true, "pexpire": true}
 	stats := c.Info(ctx, "commandstats").Val()
 	evalsha := ""
 	for line := range strings.SplitSeq(stats, "\n") {
