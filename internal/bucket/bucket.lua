@@ -1,5 +1,7 @@
--- bucket.lua: check every bucket of one decision and debit all of them, or none, in one call.
--- It is the single source of truth for the Redis store; memory.go mirrors it operation by operation.
+-- bucket.lua: check every bucket of one decision and debit all of them, or none, in one call; one
+-- script run carries one or more such calls (the concurrent decisions of one tag, coalesced), each
+-- decided on its own, in order. It is the single source of truth for the Redis store; memory.go
+-- mirrors it operation by operation.
 --
 -- Units
 --   time      microseconds since the Unix epoch, from redis.call('TIME') only (exact in a double
@@ -8,10 +10,12 @@
 --             level is a double (fractional while it refills), stored as the double's 8 bytes so
 --             that it reads back bit for bit.
 --
--- KEYS[i]     bucket i; every key of a call shares one Redis Cluster hash slot (the caller's tag).
--- ARGV[1]     binary, read with struct.unpack (little-endian; numbers are doubles, exact for the
---             integers they carry): the header '<c1ddc0' <op> <max_wait_us> <lease>, then for
---             each key '<c1ddddd' <alg> <limit> <period_us> <capacity> <amount> <reserve>
+-- KEYS        the buckets of every call, call after call; every key of a run shares one Redis
+--             Cluster hash slot (the calls' tag).
+-- ARGV[i]     call i, binary, read with struct.unpack (little-endian; numbers are doubles,
+--             exact for the integers they carry): the header '<c1ddc0' <op> <max_wait_us>
+--             <lease>, then for each of its keys '<c1ddddd' <alg> <limit> <period_us> <capacity>
+--             <amount> <reserve>
 --               op        T = take, A = adjust, L = lower
 --               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
 --               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
@@ -23,10 +27,12 @@
 --                         charged the difference, one holding less is left alone
 --               reserve   floor x capacity: a take must leave at least this much
 --             Binary rather than text: parsing decimal text in Lua was a sixth of the script's
---             CPU (docs/performance.md).
--- ARGV[2..]   ignored (tests append a fake TIME there)
+--             CPU (docs/performance.md). The call's key count follows from the length.
 --
--- Reply (take): 3 + 4 x #KEYS little-endian int64s in one string (struct '<i8...'; numbers are
+-- Reply: an array with one reply per call, in order. A call's error (a key of another type, say)
+-- is its own reply, an error; the other calls are decided all the same. Malformed arguments,
+-- which leave the calls' keys unknown, fail the whole run.
+-- Reply (take): 3 + 4 x n little-endian int64s in one string (struct '<i8...'; numbers are
 -- truncated toward zero, as Redis truncates Lua numbers in replies), cheaper to build and to
 -- read than an array of integers:
 --   outcome, blocking, wait_us, then per key: remaining, capacity, reset_us, wait_us
@@ -38,7 +44,7 @@
 --   wait_us   time until that bucket alone could pay; the top-level wait_us is their maximum
 --             a concurrency bucket that is full denies even within max_wait (a lease cannot be
 --             reserved ahead); its wait is the time until its oldest lease expires, at most BUSY_US
--- Reply (adjust, lower): the number of keys.
+-- Reply (adjust, lower): the number of the call's keys.
 --
 -- Storage (one key per bucket, expiring once the bucket would be full again plus MARGIN_MS; a
 -- missing key is a full bucket, and a write that leaves a bucket full deletes its key):
@@ -104,89 +110,7 @@ end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
-local args = ARGV[1]
-local n = #KEYS
 local HEADER, BUCKET = '<c1ddc0', '<c1ddddd'
-if #args < 17 then
-  return redis.error_reply('ERR bucket.lua: arguments of ' .. #args .. ' bytes')
-end
-local op, max_wait, lease, pos = struct.unpack(HEADER, args)
-if #args ~= pos - 1 + 41 * n then
-  return redis.error_reply('ERR bucket.lua: want ' .. (pos - 1 + 41 * n) .. ' bytes of arguments, got ' .. #args)
-end
-
--- Load every bucket as of now, without writing. The string-stored buckets are read together,
--- once, by the first of them (MGET answers nil for the keys of other types).
-local bs = {}
-local strings
-local function load16(i)
-  if strings == nil then strings = redis.call('MGET', unpack(KEYS)) end
-  local raw = strings[i]
-  if raw and #raw == 16 then return struct.unpack('<dd', raw) end
-  return nil
-end
-for i = 1, n do
-  local alg, limit, period, cap, amount, reserve
-  alg, limit, period, cap, amount, reserve, pos = struct.unpack(BUCKET, args, pos)
-  -- Every field a token bucket uses, in the constructor: the table is sized once.
-  local b = {
-    key = KEYS[i], alg = alg, limit = limit, period = period, cap = cap, amount = amount,
-    reserve = reserve, level = 0, ts = 0, wait = 0,
-  }
-  if b.alg == 't' then
-    local level, ts = load16(i)
-    if level == nil then
-      b.level, b.ts = b.cap, now
-    elseif now > ts then
-      b.level, b.ts = level + (now - ts) * b.limit / b.period, now
-    else
-      b.level, b.ts = level, ts
-    end
-    if b.level > b.cap then b.level = b.cap end
-  elseif b.alg == 's' then
-    b.w = math.ceil(b.period / SLOTS)
-    b.k = math.floor(now / b.w)
-    b.slots, b.stale, b.sum = {}, {}, 0
-    local raw = redis.call('HGETALL', b.key)
-    for x = 1, #raw, 2 do
-      local idx, c = tonumber(raw[x]), tonumber(raw[x + 1])
-      if idx == nil or c == nil or idx < b.k - SLOTS then
-        b.stale[#b.stale + 1] = raw[x]
-      else
-        b.slots[#b.slots + 1] = { idx, c }
-        b.sum = b.sum + c
-      end
-    end
-    table.sort(b.slots, function(p, q) return p[1] < q[1] end)
-  elseif b.alg == 'd' or b.alg == 'm' then
-    local used, p = load16(i)
-    local cur = period_of(b.alg, now)
-    if used == nil then
-      b.used, b.p = 0, cur
-    elseif p < cur then
-      b.used, b.p = math.max(0, used - b.limit * (cur - p)), cur
-    else
-      b.used, b.p = used, p
-    end
-  elseif b.alg == 'c' then
-    -- Live leases only: expired ones are still stored until the next write prunes them.
-    local live = '(' .. num(now)
-    b.cnt = redis.call('ZCOUNT', b.key, live, '+inf')
-    local first = redis.call('ZRANGEBYSCORE', b.key, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    b.first = tonumber(first[2])
-    local last = redis.call('ZREVRANGE', b.key, 0, 0, 'WITHSCORES')
-    b.last = tonumber(last[2])
-    if b.last ~= nil and b.last <= now then b.last = nil end
-    -- A lease taken again (a retried call) is renewed, not counted twice.
-    local mine = tonumber(redis.call('ZSCORE', b.key, lease))
-    b.mine = mine ~= nil and mine > now
-    if b.mine then b.cnt = b.cnt - 1 end
-  else
-    return redis.error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(b.alg))
-  end
-  bs[i] = b
-end
 
 -- Time until b is full (empty of admissions), and the level to report.
 local function reset_of(b)
@@ -287,128 +211,238 @@ local function level_of(b)
   return b.cap - b.used
 end
 
-if op == 'L' then
-  for _, b in ipairs(bs) do
-    if b.alg ~= 'c' then
-      local d = level_of(b) - b.amount
-      if d > 0 then
-        if b.alg == 't' then
-          b.level = b.amount
-        elseif b.alg == 's' then
-          slot_add(b, now, d)
+-- One call: its n buckets are KEYS[base + 1 .. base + n], its argument args, whose header (op,
+-- max_wait, lease) is read and whose buckets start at pos.
+local function call(base, n, args, pos, op, max_wait, lease)
+  -- Load every bucket as of now, without writing. The string-stored buckets are read together,
+  -- once, by the first of them (MGET answers nil for the keys of other types).
+  local bs = {}
+  local strings
+  local function load16(i)
+    if strings == nil then strings = redis.call('MGET', unpack(KEYS, base + 1, base + n)) end
+    local raw = strings[i]
+    if raw and #raw == 16 then return struct.unpack('<dd', raw) end
+    return nil
+  end
+  for i = 1, n do
+    local alg, limit, period, cap, amount, reserve
+    alg, limit, period, cap, amount, reserve, pos = struct.unpack(BUCKET, args, pos)
+    -- Every field a token bucket uses, in the constructor: the table is sized once.
+    local b = {
+      key = KEYS[base + i], alg = alg, limit = limit, period = period, cap = cap, amount = amount,
+      reserve = reserve, level = 0, ts = 0, wait = 0,
+    }
+    if b.alg == 't' then
+      local level, ts = load16(i)
+      if level == nil then
+        b.level, b.ts = b.cap, now
+      elseif now > ts then
+        b.level, b.ts = level + (now - ts) * b.limit / b.period, now
+      else
+        b.level, b.ts = level, ts
+      end
+      if b.level > b.cap then b.level = b.cap end
+    elseif b.alg == 's' then
+      b.w = math.ceil(b.period / SLOTS)
+      b.k = math.floor(now / b.w)
+      b.slots, b.stale, b.sum = {}, {}, 0
+      local raw = redis.call('HGETALL', b.key)
+      for x = 1, #raw, 2 do
+        local idx, c = tonumber(raw[x]), tonumber(raw[x + 1])
+        if idx == nil or c == nil or idx < b.k - SLOTS then
+          b.stale[#b.stale + 1] = raw[x]
         else
-          b.used = b.used + d
+          b.slots[#b.slots + 1] = { idx, c }
+          b.sum = b.sum + c
+        end
+      end
+      table.sort(b.slots, function(p, q) return p[1] < q[1] end)
+    elseif b.alg == 'd' or b.alg == 'm' then
+      local used, p = load16(i)
+      local cur = period_of(b.alg, now)
+      if used == nil then
+        b.used, b.p = 0, cur
+      elseif p < cur then
+        b.used, b.p = math.max(0, used - b.limit * (cur - p)), cur
+      else
+        b.used, b.p = used, p
+      end
+    elseif b.alg == 'c' then
+      -- Live leases only: expired ones are still stored until the next write prunes them.
+      local live = '(' .. num(now)
+      b.cnt = redis.call('ZCOUNT', b.key, live, '+inf')
+      local first = redis.call('ZRANGEBYSCORE', b.key, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      b.first = tonumber(first[2])
+      local last = redis.call('ZREVRANGE', b.key, 0, 0, 'WITHSCORES')
+      b.last = tonumber(last[2])
+      if b.last ~= nil and b.last <= now then b.last = nil end
+      -- A lease taken again (a retried call) is renewed, not counted twice.
+      local mine = tonumber(redis.call('ZSCORE', b.key, lease))
+      b.mine = mine ~= nil and mine > now
+      if b.mine then b.cnt = b.cnt - 1 end
+    else
+      return redis.error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(b.alg))
+    end
+    bs[i] = b
+  end
+
+  if op == 'L' then
+    for _, b in ipairs(bs) do
+      if b.alg ~= 'c' then
+        local d = level_of(b) - b.amount
+        if d > 0 then
+          if b.alg == 't' then
+            b.level = b.amount
+          elseif b.alg == 's' then
+            slot_add(b, now, d)
+          else
+            b.used = b.used + d
+          end
+          store(b)
+        end
+      end
+    end
+    return n
+  end
+
+  if op == 'A' then
+    for _, b in ipairs(bs) do
+      local d = b.amount
+      if b.alg == 'c' then
+        if d > 0 and lease ~= '-' then
+          redis.call('ZREM', b.key, lease)
+        end
+      elseif b.alg == 't' then
+        b.level = b.level + d
+        if b.level > b.cap then b.level = b.cap end
+      elseif b.alg == 's' then
+        if d < 0 then
+          slot_add(b, now, -d)
+        else
+          -- A refund gives back the most recent admissions first.
+          for x = #b.slots, 1, -1 do
+            if d <= 0 then break end
+            local s = b.slots[x]
+            local take = math.min(s[2], d)
+            s[2], s[3], d, b.sum = s[2] - take, true, d - take, b.sum - take
+          end
+        end
+      else
+        b.used = math.max(0, b.used - d)
+      end
+      if b.alg ~= 'c' then store(b) end
+    end
+    return n
+  end
+
+  -- Take: per-bucket wait (or impossibility), then one decision for all.
+  local outcome, blocking, wait = 0, -1, 0
+  for i, b in ipairs(bs) do
+    local need = b.amount + b.reserve
+    b.wait = 0
+    if need > b.cap then
+      if outcome ~= 3 then outcome, blocking = 3, i - 1 end
+    elseif b.alg == 'c' then
+      if b.cnt + need > b.cap then
+        b.busy = true
+        b.wait = BUSY_US
+        if b.first ~= nil then b.wait = math.max(1, math.min(b.first - now, BUSY_US)) end
+      end
+    elseif b.alg == 't' then
+      if b.level < need - b.cap * EPS then
+        b.wait = math.ceil((need - b.level) * b.period / b.limit)
+      end
+    elseif b.alg == 's' then
+      if b.sum + need > b.cap then
+        -- Wait for the oldest sub-windows to leave the window until the cost fits.
+        local left = b.sum
+        for _, s in ipairs(b.slots) do
+          left = left - s[2]
+          if left + need <= b.cap then
+            b.wait = (s[1] + SLOTS + 1) * b.w - now
+            break
+          end
+        end
+      end
+    else
+      if b.used + need > b.cap then
+        local ahead = math.ceil((b.used + need - b.cap) / b.limit)
+        b.wait = period_start(b.alg, b.p + ahead) - now
+      end
+    end
+    if outcome ~= 3 and b.wait > wait then
+      wait, blocking = b.wait, i - 1
+    end
+  end
+
+  local busy = false
+  for _, b in ipairs(bs) do
+    if b.busy then busy = true end
+  end
+  if outcome ~= 3 and wait > 0 then
+    if max_wait > 0 and wait <= max_wait and not busy then outcome = 1 else outcome = 2 end
+  end
+  if outcome == 3 then wait = 0 end
+
+  if outcome <= 1 then
+    for _, b in ipairs(bs) do
+      if b.amount > 0 then
+        if b.alg == 'c' then
+          local exp = now + b.period
+          redis.call('ZADD', b.key, num(exp), lease)
+          b.cnt = b.cnt + 1
+          if b.first == nil or exp < b.first then b.first = exp end
+          if b.last == nil or exp > b.last then b.last = exp end
+        elseif b.alg == 't' then
+          b.level = b.level - b.amount
+        elseif b.alg == 's' then
+          -- Admitted as of when the caller proceeds, so it leaves the window a full period later.
+          slot_add(b, now + wait, b.amount)
+        else
+          b.used = b.used + b.amount
         end
         store(b)
       end
     end
   end
-  return n
-end
 
-if op == 'A' then
-  for _, b in ipairs(bs) do
-    local d = b.amount
-    if b.alg == 'c' then
-      if d > 0 and lease ~= '-' then
-        redis.call('ZREM', b.key, lease)
-      end
-    elseif b.alg == 't' then
-      b.level = b.level + d
-      if b.level > b.cap then b.level = b.cap end
-    elseif b.alg == 's' then
-      if d < 0 then
-        slot_add(b, now, -d)
-      else
-        -- A refund gives back the most recent admissions first.
-        for x = #b.slots, 1, -1 do
-          if d <= 0 then break end
-          local s = b.slots[x]
-          local take = math.min(s[2], d)
-          s[2], s[3], d, b.sum = s[2] - take, true, d - take, b.sum - take
-        end
-      end
-    else
-      b.used = math.max(0, b.used - d)
-    end
-    if b.alg ~= 'c' then store(b) end
+  local reply = { struct.pack('<i8i8i8', outcome, blocking, wait) }
+  for i, b in ipairs(bs) do
+    reply[i + 1] = struct.pack('<i8i8i8i8', remaining_of(b), b.cap, reset_of(b), b.wait)
   end
-  return n
+  return table.concat(reply)
 end
 
--- Take: per-bucket wait (or impossibility), then one decision for all.
-local outcome, blocking, wait = 0, -1, 0
-for i, b in ipairs(bs) do
-  local need = b.amount + b.reserve
-  b.wait = 0
-  if need > b.cap then
-    if outcome ~= 3 then outcome, blocking = 3, i - 1 end
-  elseif b.alg == 'c' then
-    if b.cnt + need > b.cap then
-      b.busy = true
-      b.wait = BUSY_US
-      if b.first ~= nil then b.wait = math.max(1, math.min(b.first - now, BUSY_US)) end
-    end
-  elseif b.alg == 't' then
-    if b.level < need - b.cap * EPS then
-      b.wait = math.ceil((need - b.level) * b.period / b.limit)
-    end
-  elseif b.alg == 's' then
-    if b.sum + need > b.cap then
-      -- Wait for the oldest sub-windows to leave the window until the cost fits.
-      local left = b.sum
-      for _, s in ipairs(b.slots) do
-        left = left - s[2]
-        if left + need <= b.cap then
-          b.wait = (s[1] + SLOTS + 1) * b.w - now
-          break
-        end
-      end
-    end
+-- Read every call's header first: the calls' key counts must add up to #KEYS, or no call can be
+-- told its keys.
+local calls, base = {}, 0
+for i, args in ipairs(ARGV) do
+  if #args < 17 then
+    return redis.error_reply('ERR bucket.lua: call ' .. i .. ': arguments of ' .. #args .. ' bytes')
+  end
+  local op, max_wait, lease, pos = struct.unpack(HEADER, args)
+  local n = (#args - (pos - 1)) / 41
+  if n < 1 or n ~= math.floor(n) then
+    return redis.error_reply('ERR bucket.lua: call ' .. i .. ': ' .. #args .. ' bytes of arguments are no whole number of buckets')
+  end
+  calls[i] = { base, n, args, pos, op, max_wait, lease }
+  base = base + n
+end
+if base ~= #KEYS then
+  return redis.error_reply('ERR bucket.lua: the calls name ' .. base .. ' keys, got ' .. #KEYS)
+end
+
+-- Each call is decided on its own: an error in one (a key of the wrong type, say) is its own
+-- reply and leaves the others alone.
+local replies = {}
+for i, c in ipairs(calls) do
+  local ok, r = pcall(call, unpack(c))
+  if ok then
+    replies[i] = r
+  elseif type(r) == 'table' and r.err then
+    replies[i] = r
   else
-    if b.used + need > b.cap then
-      local ahead = math.ceil((b.used + need - b.cap) / b.limit)
-      b.wait = period_start(b.alg, b.p + ahead) - now
-    end
-  end
-  if outcome ~= 3 and b.wait > wait then
-    wait, blocking = b.wait, i - 1
+    replies[i] = redis.error_reply('ERR bucket.lua: call ' .. i .. ': ' .. tostring(r))
   end
 end
-
-local busy = false
-for _, b in ipairs(bs) do
-  if b.busy then busy = true end
-end
-if outcome ~= 3 and wait > 0 then
-  if max_wait > 0 and wait <= max_wait and not busy then outcome = 1 else outcome = 2 end
-end
-if outcome == 3 then wait = 0 end
-
-if outcome <= 1 then
-  for _, b in ipairs(bs) do
-    if b.amount > 0 then
-      if b.alg == 'c' then
-        local exp = now + b.period
-        redis.call('ZADD', b.key, num(exp), lease)
-        b.cnt = b.cnt + 1
-        if b.first == nil or exp < b.first then b.first = exp end
-        if b.last == nil or exp > b.last then b.last = exp end
-      elseif b.alg == 't' then
-        b.level = b.level - b.amount
-      elseif b.alg == 's' then
-        -- Admitted as of when the caller proceeds, so it leaves the window a full period later.
-        slot_add(b, now + wait, b.amount)
-      else
-        b.used = b.used + b.amount
-      end
-      store(b)
-    end
-  end
-end
-
-local reply = { struct.pack('<i8i8i8', outcome, blocking, wait) }
-for i, b in ipairs(bs) do
-  reply[i + 1] = struct.pack('<i8i8i8i8', remaining_of(b), b.cap, reset_of(b), b.wait)
-end
-return table.concat(reply)
+return replies

@@ -4,7 +4,7 @@
 //
 // It owns the budget algorithms, the Lua script that runs them in Redis (bucket.lua), the key
 // layout, the Redis client construction (NewClient) and two stores with identical semantics:
-// Redis (one EVALSHA per decision, on a single node, a Sentinel-managed master or a Redis Cluster)
+// Redis (at most one EVALSHA per decision, on a single node, a Sentinel-managed master or a Redis Cluster)
 // and Memory (in process, the embedded default for one replica). It returns concrete types and
 // must never import internal/filter (which declares the interface it needs) nor any wire protocol.
 //
@@ -103,9 +103,11 @@
 // bytes, sliding window with all 11 sub-windows in use 184 bytes.
 //
 // With RedisOptions.MaxBatch, the script calls of concurrent decisions are coalesced into
-// pipelines: still one EVALSHA (one atomic decision) per call, but one write and one read per
-// batch on both sides, which is what a CPU-bound machine pays for most. A call whose context has
-// ended before its pipeline is sent is never sent.
+// pipelines: one write and one read per batch on both sides, which is what a CPU-bound machine
+// pays for most, and one EVALSHA per tag in the batch, whose script run decides that tag's calls
+// one after the other, each atomically and on its own (one call's error is its own reply). A call
+// whose context has ended before its pipeline is sent is never sent; a timeout or a lost
+// connection fails every call of the pipeline it hit.
 //
 // The script is run with EVALSHA and falls back to EVAL when the server has lost its script cache
 // (SCRIPT FLUSH, a restart, a failover), which callers never see. If a reply is lost after Redis

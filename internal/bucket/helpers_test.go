@@ -24,11 +24,14 @@ var (
 	_ store = (*Redis)(nil)
 )
 
-// fakeTimePrelude shadows the global redis with one whose TIME returns ARGV[2] and ARGV[3], so that
-// tests drive the production script with an exact clock. bucket.lua reads only ARGV[1].
-const fakeTimePrelude = `local real_redis = redis
+// fakeTimePrelude shadows the global redis with one whose TIME returns the last two ARGV (seconds
+// and microseconds), which it takes off ARGV, so that tests drive the production script with an
+// exact clock.
+const fakeTimePrelude = `local fake_us = table.remove(ARGV)
+local fake_s = table.remove(ARGV)
+local real_redis = redis
 local redis = setmetatable({ call = function(cmd, ...)
-  if cmd == 'TIME' then return { ARGV[2], ARGV[3] } end
+  if cmd == 'TIME' then return { fake_s, fake_us } end
   return real_redis.call(cmd, ...)
 end }, { __index = real_redis })
 `

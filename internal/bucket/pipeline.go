@@ -9,17 +9,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher coalesces the script calls of concurrent decisions into Redis pipelines: a call
-// queues, and up to maxInFlight pipelines at a time take whatever is queued (at most maxBatch
-// calls each) and send it in one write. While a pipeline is in flight the next calls gather, so
-// under load each round trip carries many decisions and Redis and the service make one read and
-// one write syscall per batch instead of per decision; an idle service sends each call at once.
+// batcher coalesces the script calls of concurrent decisions: a call queues, and up to
+// maxInFlight flushers at a time take whatever is queued (at most maxBatch calls each) and send
+// it as one pipeline holding one script run per tag, each run deciding its tag's calls one after
+// the other. While a pipeline is in flight the next calls gather, so under load each round trip
+// carries many decisions: Redis and the service make one read and one write syscall per batch
+// instead of per decision, and Redis starts one script run per tag instead of one per decision.
+// An idle service sends each call at once.
 //
-// Each call is still its own EVALSHA (a pipeline of N calls is N commands), so every decision
-// stays atomic and independent: one call's error or NOSCRIPT never affects another's. It is safe
-// for concurrent use.
+// Every call is still decided on its own and atomically: one call's error is its own reply and
+// never affects another's (bucket.lua). What a pipeline shares is its fate on the wire: a timeout
+// or a lost connection fails every call it carried, as it would have failed each of them alone.
+// Calls of one tag share a Redis Cluster hash slot, which a script run requires. It is safe for
+// concurrent use.
 type batcher struct {
-	client      redis.UniversalClient
+	store       *Redis
 	maxBatch    int
 	maxInFlight int
 
@@ -30,23 +34,23 @@ type batcher struct {
 
 // call is one queued script call and, once done is closed, its reply.
 type call struct {
-	ctx    context.Context
-	script *redis.Script
-	keys   []string
-	args   []any
-	v      any
-	err    error
-	done   chan struct{}
+	ctx  context.Context
+	tag  string
+	keys []string
+	arg  string
+	v    any
+	err  error
+	done chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
-// do runs script with keys and args in the next pipeline and waits for its reply or for ctx.
-// A call whose ctx ends before its pipeline is sent is never sent; one whose ctx ends while the
-// pipeline is in flight may still be applied by Redis (as a lost reply may be).
-func (b *batcher) do(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+// do runs one call (its keys and binary argument) in the next pipeline and waits for its reply
+// or for ctx. A call whose ctx ends before its pipeline is sent is never sent; one whose ctx ends
+// while the pipeline is in flight may still be applied by Redis (as a lost reply may be).
+func (b *batcher) do(ctx context.Context, tag string, keys []string, arg string) (any, error) {
 	c := callPool.Get().(*call)
-	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	c.ctx, c.tag, c.keys, c.arg = ctx, tag, keys, arg
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	start := b.inFlight < b.maxInFlight
@@ -89,27 +93,48 @@ func (b *batcher) flush() {
 	}
 }
 
-// exec sends one batch as a pipeline of EVALSHA, then EVAL for the calls that met a server
-// without the script (after a restart, a failover or SCRIPT FLUSH): NOSCRIPT means that call did
-// not run, so running it again cannot apply it twice.
+// run is one script run: the calls of one tag, their keys and arguments in order.
+type run struct {
+	calls []*call
+	keys  []string
+	args  []any
+	cmd   *redis.Cmd
+}
+
+// exec sends one batch as a pipeline of EVALSHA, one per tag, then EVAL for the runs that met a
+// server without the script (after a restart, a failover or SCRIPT FLUSH): NOSCRIPT means that
+// run did not happen, so running it again cannot apply it twice.
 func (b *batcher) exec(batch []*call) {
-	live := batch[:0:0]
 	var deadline time.Time
 	unbounded := false
+	var runs []*run
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = err
 			c.done <- struct{}{}
 			continue
 		}
-		live = append(live, c)
 		if dl, ok := c.ctx.Deadline(); !ok {
 			unbounded = true
 		} else if dl.After(deadline) {
 			deadline = dl
 		}
+		var r *run
+		for _, x := range runs {
+			if x.calls[0].tag == c.tag {
+				r = x
+				break
+			}
+		}
+		if r == nil {
+			r = &run{}
+			runs = append(runs, r)
+		}
+		r.calls = append(r.calls, c)
+		r.keys = append(r.keys, c.keys...)
+		r.args = append(r.args, c.arg)
 	}
-	if len(live) == 0 {
+	if len(runs) == 0 {
 		return
 	}
 	// The pipeline lives as long as its longest-lived caller; the others stop waiting on their own.
@@ -119,27 +144,36 @@ func (b *batcher) exec(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	cmds := make([]*redis.Cmd, len(live))
-	pipe := b.client.Pipeline()
-	for i, c := range live {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	s := b.store
+	pipe := s.client.Pipeline()
+	for _, r := range runs {
+		r.cmd = s.script.EvalSha(ctx, pipe, r.keys, s.withClock(r.args)...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	var again []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			again = append(again, i)
+	retry := false
+	for _, r := range runs {
+		if err := r.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if !retry {
+				pipe, retry = s.client.Pipeline(), true
+			}
+			r.cmd = s.script.Eval(ctx, pipe, r.keys, s.withClock(r.args)...)
 		}
 	}
-	if len(again) > 0 {
-		pipe := b.client.Pipeline()
-		for _, i := range again {
-			cmds[i] = live[i].script.Eval(ctx, pipe, live[i].keys, live[i].args...)
-		}
+	if retry {
 		_, _ = pipe.Exec(ctx)
 	}
-	for i, c := range live {
-		c.v, c.err = cmds[i].Result()
-		c.done <- struct{}{}
+	for _, r := range runs {
+		replies, err := splitReplies(r.cmd.Result())
+		if err == nil && len(replies) != len(r.calls) {
+			err = replyCountError(len(replies), len(r.calls))
+		}
+		for i, c := range r.calls {
+			if err != nil {
+				c.v, c.err = nil, err
+			} else {
+				c.v, c.err = callReply(replies[i])
+			}
+			c.done <- struct{}{}
+		}
 	}
 }

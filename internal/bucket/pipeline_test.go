@@ -2,9 +2,13 @@ package bucket
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
@@ -106,4 +110,145 @@ func TestPipelineCanceled(t *testing.T) {
 	if err != nil || res.Buckets[0].Remaining != 10 {
 		t.Fatalf("after a canceled take: %+v, %v; want the quota untouched", res, err)
 	}
+}
+
+// TestScriptDecidesCallsApart runs one script run of three calls by hand: a call whose key has
+// another type fails alone, the calls around it are decided and applied, and arguments that do not
+// account for the keys fail the whole run.
+func TestScriptDecidesCallsApart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	s := NewRedis(c, RedisOptions{Prefix: uniquePrefix()})
+	tb := tokenBucket("tpm", 1000, time.Minute, 100)
+	sw := slidingWindow("rpm", 10, time.Minute, 1)
+	day := quota("day", 1000, Day, 7)
+	key := func(spec Spec) string { return s.keys("p", 1, func(int) *Spec { return &spec })[0] }
+	arg := func(spec Spec) string {
+		return string(appendParams(appendHeader(nil, 'T', 0, ""), paramsOf(&spec, spec.Cost)))
+	}
+	if err := c.Set(ctx, key(sw), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := script.Run(ctx, c, []string{key(tb), key(sw), key(day)}, arg(tb), arg(sw), arg(day)).Result()
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	replies, ok := v.([]any)
+	if !ok || len(replies) != 3 {
+		t.Fatalf("reply %#v, want 3 replies", v)
+	}
+	if _, err := callReply(replies[1]); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("the call on a string key: %v, want its WRONGTYPE error", err)
+	}
+	for i, want := range map[int]int64{0: 900, 2: 993} {
+		r, err := callReply(replies[i])
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if res, err := parseTake(r, 1); err != nil || res.Outcome != Allowed || res.Buckets[0].Remaining != want {
+			t.Errorf("call %d: %+v, %v; want allowed with %d left", i, res, err, want)
+		}
+	}
+	if got := remaining(t, s, "p", with(day, 0)); got != 993 {
+		t.Errorf("the quota after the run: %d left, want 993", got)
+	}
+
+	// Two calls of one bucket each, three keys: no call can be told its keys.
+	err = script.Run(ctx, c, []string{key(tb), key(day), key(tb)}, arg(tb), arg(day)).Err()
+	if err == nil || !strings.Contains(err.Error(), "the calls name 2 keys, got 3") {
+		t.Errorf("mismatched keys: %v, want the whole run refused", err)
+	}
+	if got := remaining(t, s, "p", with(tb, 0)); got != 900 {
+		t.Errorf("the refused run applied something: %d left, want 900", got)
+	}
+}
+
+// TestPipelineRunsPerTag sends concurrent decisions of two tags through a Redis Cluster and a
+// single server: each tag's calls share a script run (fewer runs than decisions), the runs of
+// different tags never mix (a cross-slot run would fail on the cluster), and every decision is
+// applied exactly once.
+func TestPipelineRunsPerTag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	cl := redistest.StartCluster(t)
+	for name, url := range map[string]string{"redis": srv.URL(), "cluster": cl.URL()} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c, err := NewClient(url, ClientOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			s := NewRedis(c, RedisOptions{Prefix: uniquePrefix(), MaxBatch: 32, MaxInFlight: 1})
+			tags := []string{"openai", "anthropic"}
+			spec := Spec{Name: "n", Algorithm: Quota, Calendar: Month, Limit: 1e9, Cost: 1}
+			const workers, rounds = 32, 10
+			runs := countRuns(t, c)
+			for range rounds {
+				var wg sync.WaitGroup
+				for w := range workers {
+					wg.Go(func() {
+						res, err := s.Take(ctx, &Request{Tag: tags[w%2], Buckets: []Spec{spec}})
+						if err != nil || res.Outcome != Allowed {
+							t.Errorf("take: %+v, %v", res, err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			runs = countRuns(t, c) - runs
+			for _, tag := range tags {
+				if used := 1e9 - remaining(t, s, tag, with(spec, 0)); used != workers*rounds/2 {
+					t.Errorf("%s: %d decisions applied, want %d", tag, used, workers*rounds/2)
+				}
+			}
+			t.Logf("%d script runs for %d decisions", runs, workers*rounds)
+			if runs >= workers*rounds/2 {
+				t.Errorf("%d script runs for %d concurrent decisions: not coalesced", runs, workers*rounds)
+			}
+		})
+	}
+}
+
+// countRuns is the number of EVALSHA and EVAL every node of c has run.
+func countRuns(t *testing.T, c redis.UniversalClient) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	total := int64(0)
+	count := func(ctx context.Context, n *redis.Client) error {
+		stats, err := n.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.SplitSeq(stats, "\n") {
+			for _, cmd := range []string{"evalsha", "eval"} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+					v, _, _ := strings.Cut(rest, ",")
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					total += n
+					mu.Unlock()
+				}
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, count)
+	case *redis.Client:
+		err = count(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total
 }

@@ -24,8 +24,9 @@ type RedisOptions struct {
 	// server. Braces are escaped: the hash tag is always the request's Tag.
 	Prefix string
 	// MaxBatch, when positive, coalesces the script calls of concurrent decisions into Redis
-	// pipelines of at most MaxBatch calls: fewer syscalls on both sides under load, still one
-	// EVALSHA (and one atomic decision) per call. Zero sends each call on its own.
+	// pipelines of at most MaxBatch calls, one EVALSHA per tag deciding that tag's calls one
+	// after the other: fewer syscalls and script runs on both sides under load, each decision
+	// still atomic and decided on its own. Zero sends each call on its own.
 	MaxBatch int
 	// MaxInFlight is how many pipelines may be in flight at once when MaxBatch is positive;
 	// default 2.
@@ -33,8 +34,9 @@ type RedisOptions struct {
 }
 
 // Redis keeps buckets in Redis (a single node, a Sentinel-managed master or a Redis Cluster) and
-// decides with one EVALSHA of bucket.lua per call. It is safe for concurrent use by any number of
-// goroutines and processes: the script is atomic on the server.
+// decides with one EVALSHA of bucket.lua per call, or per tag of a batch (RedisOptions.MaxBatch).
+// It is safe for concurrent use by any number of goroutines and processes: the script is atomic
+// on the server.
 type Redis struct {
 	client redis.UniversalClient
 	prefix string
@@ -52,7 +54,7 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) *Redis {
 		if opts.MaxInFlight <= 0 {
 			opts.MaxInFlight = 2
 		}
-		s.batch = &batcher{client: client, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight}
+		s.batch = &batcher{store: s, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight}
 	}
 	return s
 }
@@ -83,7 +85,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 		b := &req.Buckets[i]
 		a = appendParams(a, paramsOf(b, b.Cost))
 	}
-	v, err := s.run(ctx, keys, a)
+	v, err := s.run(ctx, req.Tag, keys, a)
 	if err != nil {
 		return Result{}, err
 	}
@@ -104,7 +106,7 @@ func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error 
 	for i := range adj {
 		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta))
 	}
-	return s.runCount(ctx, "adjust", keys, a)
+	return s.runCount(ctx, "adjust", tag, keys, a)
 }
 
 // Lower brings every bucket of lv down to the level a provider reports, in one round trip: a
@@ -120,12 +122,12 @@ func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
 	for i := range lv {
 		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining))
 	}
-	return s.runCount(ctx, "lower", keys, a)
+	return s.runCount(ctx, "lower", tag, keys, a)
 }
 
 // runCount runs an adjust or lower call, whose reply is the number of keys.
-func (s *Redis) runCount(ctx context.Context, op string, keys []string, argv []byte) error {
-	v, err := s.run(ctx, keys, argv)
+func (s *Redis) runCount(ctx context.Context, op, tag string, keys []string, argv []byte) error {
+	v, err := s.run(ctx, tag, keys, argv)
 	if err != nil {
 		return err
 	}
@@ -171,22 +173,51 @@ func (s *Redis) keys(tag string, n int, spec func(int) *Spec) []string {
 	return keys
 }
 
-// run executes the script: EVALSHA, and EVAL when the server lost its script cache (restart,
-// failover, SCRIPT FLUSH), which loads it again.
-func (s *Redis) run(ctx context.Context, keys []string, argv []byte) (any, error) {
-	args := []any{string(argv)}
+// run executes one call (keys and argument) of the script: alone, in a run of its own, or with
+// MaxBatch coalesced with the concurrent calls of its tag. EVALSHA, and EVAL when the server lost
+// its script cache (restart, failover, SCRIPT FLUSH), which loads it again.
+func (s *Redis) run(ctx context.Context, tag string, keys []string, argv []byte) (any, error) {
+	if s.batch != nil {
+		return s.batch.do(ctx, tag, keys, string(argv))
+	}
+	replies, err := splitReplies(s.script.Run(ctx, s.client, keys, s.withClock([]any{string(argv)})...).Result())
+	if err != nil {
+		return nil, err
+	}
+	if len(replies) != 1 {
+		return nil, replyCountError(len(replies), 1)
+	}
+	return callReply(replies[0])
+}
+
+// withClock appends the test clock's time, when set, to a run's arguments (see redis_test.go).
+func (s *Redis) withClock(args []any) []any {
 	if s.now != nil {
 		t := s.now()
 		args = append(args, t.Unix(), t.Nanosecond()/1000)
 	}
-	var v any
-	var err error
-	if s.batch != nil {
-		v, err = s.batch.do(ctx, s.script, keys, args)
-	} else {
-		v, err = s.script.Run(ctx, s.client, keys, args...).Result()
-	}
+	return args
+}
+
+// splitReplies checks a script run's reply: one reply per call.
+func splitReplies(v any, err error) ([]any, error) {
 	if err != nil {
+		return nil, fmt.Errorf("bucket: eval script: %w", err)
+	}
+	replies, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: script returned %T, want an array", ErrReply, v)
+	}
+	return replies, nil
+}
+
+func replyCountError(got, want int) error {
+	return fmt.Errorf("%w: script returned %d replies for %d calls", ErrReply, got, want)
+}
+
+// callReply is one call's reply, or its error.
+func callReply(v any) (any, error) {
+	if err, ok := v.(error); ok {
 		return nil, fmt.Errorf("bucket: eval script: %w", err)
 	}
 	return v, nil
