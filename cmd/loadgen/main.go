@@ -143,6 +143,8 @@ type report struct {
 	Ratios   map[string]any `json:"ratios"`
 	Redis    *redisCommands `json:"redis_commands,omitempty"`
 	Profile  *profiled      `json:"profile,omitempty"`
+	// FloorProfile is the number of requests in the slice -floor-cpuprofile profiled.
+	FloorProfile *int `json:"floor_profile_requests,omitempty"`
 }
 
 // profiled describes the slice of the service that -cpuprofile profiled: the decisions made and
@@ -248,7 +250,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer stop()
-		nc, err := dial(addr, o.conns)
+		// The floor's client connections are the tool's, as the service's are (their transport
+		// goroutines inherit the label).
+		var nc []*grpc.ClientConn
+		pprof.Do(ctx, pprof.Labels("side", "tool"), func(context.Context) { nc, err = dial(addr, o.conns) })
 		if err != nil {
 			return err
 		}
@@ -338,9 +343,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if o.floorProfile != "" && noopS != nil {
-		if _, err := profileSlice(ctx, o.floorProfile, o.load, reqs, noopS.call, max(slice, 5*time.Second)); err != nil {
+		n, err := profileSlice(ctx, o.floorProfile, o.load, reqs, noopS.call, max(slice, 5*time.Second))
+		if err != nil {
 			return err
 		}
+		rep.FloorProfile = &n
 	}
 
 	if noopRes != nil && noopRes.Throughput > 0 && noopRes.P99 > 0 {
@@ -509,6 +516,9 @@ func printTable(w io.Writer, rep *report) {
 			fmt.Fprintf(w, ", redis-server CPU %d ms", *p.RedisCPUMillis)
 		}
 		fmt.Fprintln(w)
+	}
+	if n := rep.FloorProfile; n != nil {
+		fmt.Fprintf(w, "profiled floor slice: %d requests\n", *n)
 	}
 	fmt.Fprintln(w)
 }
