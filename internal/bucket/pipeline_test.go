@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,4 +252,48 @@ func countRuns(t *testing.T, c redis.UniversalClient) int64 {
 		t.Fatal(err)
 	}
 	return total
+}
+
+// TestPipelineMixedCalls sends concurrent takes, adjustments and concurrency leases through
+// coalesced runs, so that one run holds calls of every kind: each is applied exactly once. A
+// worker takes a quota (cost 3) and a concurrency lease, refunds 1 of the quota, then releases
+// the lease; at the end the quota has used 2 per worker and no lease is held.
+func TestPipelineMixedCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	s := NewRedis(srv.Client(), RedisOptions{Prefix: uniquePrefix(), MaxBatch: 16, MaxInFlight: 1})
+	quotaSpec := Spec{Name: "q", Algorithm: Quota, Calendar: Month, Limit: 1e9, Cost: 3}
+	lease := Spec{Name: "c", Algorithm: Concurrency, Limit: 1000, Period: time.Minute, Cost: 1}
+	const workers = 48
+	runs := countRuns(t, srv.Client())
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			id := fmt.Sprintf("lease-%d", w)
+			res, err := s.Take(ctx, &Request{Tag: "p", Lease: id, Buckets: []Spec{quotaSpec, lease}})
+			if err != nil || res.Outcome != Allowed {
+				t.Errorf("take: %+v, %v", res, err)
+				return
+			}
+			if err := s.Adjust(ctx, "p", []Adjustment{{Spec: quotaSpec, Delta: 1}}); err != nil {
+				t.Errorf("refund: %v", err)
+			}
+			if err := s.Adjust(ctx, "p", []Adjustment{{Spec: lease, Delta: 1, Lease: id}}); err != nil {
+				t.Errorf("release: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	runs = countRuns(t, srv.Client()) - runs
+	t.Logf("%d script runs for %d calls", runs, 3*workers)
+	if runs > 3*workers/2 {
+		t.Errorf("%d script runs for %d concurrent calls: none shared a run", runs, 3*workers)
+	}
+	if used := 1e9 - remaining(t, s, "p", quotaSpec); used != 2*workers {
+		t.Errorf("quota used %d, want %d", used, 2*workers)
+	}
+	if held := 1000 - remaining(t, s, "p", lease); held != 0 {
+		t.Errorf("%d leases still held, want 0", held)
+	}
 }
