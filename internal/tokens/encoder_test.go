@@ -3,6 +3,7 @@ package tokens
 import (
 	"bufio"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
@@ -223,5 +224,36 @@ func TestProbeBound(t *testing.T) {
 		if longest > 64 {
 			t.Errorf("%s: longest probe run %d slots, want <= 64", name, longest)
 		}
+	}
+}
+
+// TestASCIIWordFastPath: wherever splitO200K's ASCII fast path decides, it must end the piece
+// where the general matcher does, on random texts dense in the cases that end or extend a word
+// (capitals, apostrophes and contractions, digits, punctuation, newlines, non-ASCII letters,
+// combining marks, a title-case letter).
+func TestASCIIWordFastPath(t *testing.T) {
+	ct := classes()
+	alphabet := []string{" ", " ", "a", "z", "e", "s", "t", "A", "Z", "H", "'", "'s", "'LL", "0", "7",
+		",", ".", "-", "_", "\n", "\r\n", "\t", "é", "É", "\u0301", "ǅ", "ſ", "中", "!?", "/"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	decided := 0
+	for range 20000 {
+		var b []byte
+		for range 1 + rng.IntN(16) {
+			b = append(b, alphabet[rng.IntN(len(alphabet))]...)
+		}
+		for i := range b {
+			fast := asciiWord(b, i)
+			if fast < 0 {
+				continue
+			}
+			decided++
+			if want := splitO200KGeneral(ct, b, i); fast != want {
+				t.Fatalf("%q at %d: fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
+			}
+		}
+	}
+	if decided < 10000 {
+		t.Fatalf("the fast path decided only %d times: the test exercises too little", decided)
 	}
 }

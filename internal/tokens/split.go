@@ -158,6 +158,36 @@ func splitCL100K(ct *classTable, t []byte, i int) int {
 	return i + n
 }
 
+// asciiWord is the common case of splitO200K, decided from ASCII bytes alone: an optional space,
+// an optional capital and a run of lower-case letters, ended by the text's end or an ASCII byte
+// other than an apostrophe (which may start a contraction). It returns the end of the piece, or
+// -1 when the general matcher must decide. The first word alternative matches exactly this: the
+// space is its optional prefix, the capital its Upper*, the run its Lower+, which no ASCII byte
+// extends (a capital ends it too), and no contraction follows. TestASCIIWordFastPath holds it to
+// the general matcher.
+func asciiWord(t []byte, i int) int {
+	j := i
+	if t[j] == ' ' {
+		j++
+	}
+	if j < len(t) && 'A' <= t[j] && t[j] <= 'Z' {
+		j++
+	}
+	k := j
+	for k < len(t) && 'a' <= t[k] && t[k] <= 'z' {
+		k++
+	}
+	if k == j {
+		return -1
+	}
+	if k < len(t) {
+		if b := t[k]; b >= 0x80 || b == '\'' {
+			return -1
+		}
+	}
+	return k
+}
+
 // o200kWord matches [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ (first == true)
 // or [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* at t[p], then the optional
 // contraction. It returns the end of the match or -1.
@@ -207,6 +237,14 @@ func o200kWord(ct *classTable, t []byte, p int, first bool) int {
 }
 
 func splitO200K(ct *classTable, t []byte, i int) int {
+	if e := asciiWord(t, i); e > 0 {
+		return e
+	}
+	return splitO200KGeneral(ct, t, i)
+}
+
+// splitO200KGeneral is splitO200K for any input, without the ASCII fast path.
+func splitO200KGeneral(ct *classTable, t []byte, i int) int {
 	c, r, n := ct.at(t, i)
 	// The two word alternatives, each first with the optional [^\r\n\p{L}\p{N}] prefix taken
 	// (greedy ?), then without it.
