@@ -227,8 +227,8 @@ func TestProbeBound(t *testing.T) {
 	}
 }
 
-// TestASCIIWordFastPath: wherever splitO200K's ASCII fast path decides, it must end the piece
-// where the general matcher does, on random texts dense in the cases that end or extend a word
+// TestASCIIWordFastPath: wherever the ASCII fast path of splitO200K or splitCL100K decides, it
+// must end the piece where the general matcher does, on random texts dense in the cases that end or extend a word
 // (capitals, apostrophes and contractions, digits, punctuation, newlines, non-ASCII letters,
 // combining marks, a title-case letter).
 func TestASCIIWordFastPath(t *testing.T) {
@@ -236,24 +236,28 @@ func TestASCIIWordFastPath(t *testing.T) {
 	alphabet := []string{" ", " ", "a", "z", "e", "s", "t", "A", "Z", "H", "'", "'s", "'LL", "0", "7",
 		",", ".", "-", "_", "\n", "\r\n", "\t", "é", "É", "\u0301", "ǅ", "ſ", "中", "!?", "/"}
 	rng := rand.New(rand.NewPCG(1, 2))
-	decided := 0
+	var decided [2]int
 	for range 20000 {
 		var b []byte
 		for range 1 + rng.IntN(16) {
 			b = append(b, alphabet[rng.IntN(len(alphabet))]...)
 		}
 		for i := range b {
-			fast := asciiWord(b, i)
-			if fast < 0 {
-				continue
+			if fast := asciiWord(b, i); fast >= 0 {
+				decided[0]++
+				if want := splitO200KGeneral(ct, b, i); fast != want {
+					t.Fatalf("o200k %q at %d: fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
+				}
 			}
-			decided++
-			if want := splitO200KGeneral(ct, b, i); fast != want {
-				t.Fatalf("%q at %d: fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
+			if fast := asciiLetters(b, i); fast >= 0 {
+				decided[1]++
+				if want := splitCL100KGeneral(ct, b, i); fast != want {
+					t.Fatalf("cl100k %q at %d: fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
+				}
 			}
 		}
 	}
-	if decided < 10000 {
-		t.Fatalf("the fast path decided only %d times: the test exercises too little", decided)
+	if decided[0] < 10000 || decided[1] < 10000 {
+		t.Fatalf("the fast paths decided only %v times: the test exercises too little", decided)
 	}
 }

@@ -113,6 +113,34 @@ func numbers(ct *classTable, t []byte, i int) int {
 }
 
 func splitCL100K(ct *classTable, t []byte, i int) int {
+	if e := asciiLetters(t, i); e > 0 {
+		return e
+	}
+	return splitCL100KGeneral(ct, t, i)
+}
+
+// asciiLetters is the common case of splitCL100K, decided from ASCII bytes alone: an optional
+// space and a run of ASCII letters, ended by the text's end or any other ASCII byte. That is
+// what [^\r\n\p{L}\p{N}]?+\p{L}++ matches there (a contraction starts with an apostrophe, which
+// this case never does); it returns -1 when the general matcher must decide.
+// TestASCIIWordFastPath holds it to the general matcher.
+func asciiLetters(t []byte, i int) int {
+	j := i
+	if t[j] == ' ' {
+		j++
+	}
+	k := j
+	for k < len(t) && ('a' <= t[k] && t[k] <= 'z' || 'A' <= t[k] && t[k] <= 'Z') {
+		k++
+	}
+	if k == j || k < len(t) && t[k] >= 0x80 {
+		return -1
+	}
+	return k
+}
+
+// splitCL100KGeneral is splitCL100K for any input, without the ASCII fast path.
+func splitCL100KGeneral(ct *classTable, t []byte, i int) int {
 	// '(?i:[sdmt]|ll|ve|re)
 	if n := contraction(t, i); n > 0 {
 		return i + n
