@@ -33,6 +33,8 @@ unit:
 	$(GO) test -race -count=1 ./...
 	@# The soak's memory bound, without the race detector's shadow memory in the RSS.
 	$(GO) test -count=1 -run '^TestSoak$$' ./cmd/ext-authz/
+	@# Every benchmark once, as a smoke test (no timing gates): they must keep running.
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 ## istio: render every kustomize overlay and validate it strictly (a module of its own: istio/go.mod)
 istio:
