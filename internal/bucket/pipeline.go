@@ -69,7 +69,7 @@ func (b *batcher) do(ctx context.Context, tag string, keys []string, arg string)
 		return v, err
 	case <-ctx.Done():
 		// The flusher still owns c: it is dropped, not pooled.
-		return nil, ctx.Err()
+		return nil, evalError(ctx.Err())
 	}
 }
 
@@ -110,7 +110,7 @@ func (b *batcher) exec(batch []*call) {
 	var runs []*run
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.err = err
+			c.err = evalError(err)
 			c.done <- struct{}{}
 			continue
 		}

@@ -199,10 +199,16 @@ func (s *Redis) withClock(args []any) []any {
 	return args
 }
 
+// evalError is the error of a call that did not get its reply: Redis's, the network's or the
+// caller's context's.
+func evalError(err error) error {
+	return fmt.Errorf("bucket: eval script: %w", err)
+}
+
 // splitReplies checks a script run's reply: one reply per call.
 func splitReplies(v any, err error) ([]any, error) {
 	if err != nil {
-		return nil, fmt.Errorf("bucket: eval script: %w", err)
+		return nil, evalError(err)
 	}
 	replies, ok := v.([]any)
 	if !ok {
@@ -218,7 +224,7 @@ func replyCountError(got, want int) error {
 // callReply is one call's reply, or its error.
 func callReply(v any) (any, error) {
 	if err, ok := v.(error); ok {
-		return nil, fmt.Errorf("bucket: eval script: %w", err)
+		return nil, evalError(err)
 	}
 	return v, nil
 }
