@@ -2,28 +2,22 @@ package main
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redisstats"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
 // calls reads INFO commandstats through c: calls per command.
 func calls(t *testing.T, c redis.UniversalClient) map[string]int64 {
 	t.Helper()
-	out := map[string]int64{}
-	for line := range strings.SplitSeq(c.Info(context.Background(), "commandstats").Val(), "\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
-		if !ok || strings.HasPrefix(line, "#") {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.TrimPrefix(strings.SplitN(rest, ",", 2)[0], "calls="), 10, 64)
-		out[name] = n
+	out, err := redisstats.Calls(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

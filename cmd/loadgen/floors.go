@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -105,33 +104,11 @@ func startRedis(ctx context.Context) (url string, stop func(), err error) {
 	}
 }
 
-// commandStats reads INFO commandstats: calls per command.
-func commandStats(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "cmdstat_"), ":")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("commandstats line %q", sc.Text())
-		}
-		out[name] = n
-	}
-	return out, nil
-}
-
 // inScript are the commands the scripts run inside a script call (bucket.lua, the floor's, the
 // service's replica heartbeat): Redis counts them in commandstats, but they are not round trips.
 var inScript = map[string]bool{"time": true, "mget": true, "set": true, "hgetall": true, "hset": true, "hdel": true, "del": true,
-	"pexpire": true, "incrby": true, "zadd": true, "zcard": true, "zrem": true, "zremrangebyscore": true, "zrangebyscore": true, "zscore": true}
+	"pexpire": true, "incrby": true, "zadd": true, "zcard": true, "zcount": true, "zrem": true, "zremrangebyscore": true,
+	"zrangebyscore": true, "zrevrange": true, "zscore": true}
 
 // redisCommands summarizes the commandstats difference of a run.
 type redisCommands struct {
@@ -187,27 +164,6 @@ func (rc *redisCommands) perDecision(decisions int) {
 		rc.PerDecision = float64(sent) / float64(decisions)
 		rc.CPUPerDecision = round3(float64(rc.cpu.Microseconds()) / float64(decisions))
 	}
-}
-
-// serverCPU reads INFO cpu: the CPU time redis-server has used (user and system, all threads).
-func serverCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, error) {
-	info, err := c.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total float64
-	for line := range strings.Lines(info) {
-		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
-			continue
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, fmt.Errorf("INFO cpu line %q", line)
-		}
-		total += x
-	}
-	return time.Duration(total * float64(time.Second)), nil
 }
 
 // loadAvg is the 1-minute load average (0 where /proc/loadavg does not exist).

@@ -42,6 +42,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redisstats"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/server"
 )
 
@@ -277,20 +278,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			var before map[string]int64
 			var cpu0 time.Duration
 			if s == ours && rdb != nil && o.store == "redis" {
-				if before, err = commandStats(ctx, rdb); err != nil {
+				if before, err = redisstats.Calls(ctx, rdb); err != nil {
 					return err
 				}
-				if cpu0, err = serverCPU(ctx, rdb); err != nil {
+				if cpu0, err = redisstats.CPU(ctx, rdb); err != nil {
 					return err
 				}
 			}
 			s.slice(ctx, o.load, reqs, slice)
 			if before != nil {
-				after, err := commandStats(ctx, rdb)
+				after, err := redisstats.Calls(ctx, rdb)
 				if err != nil {
 					return err
 				}
-				cpu1, err := serverCPU(ctx, rdb)
+				cpu1, err := redisstats.CPU(ctx, rdb)
 				if err != nil {
 					return err
 				}
@@ -325,7 +326,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var cpu0, cpu1 time.Duration
 		measure := rdb != nil && o.store == "redis"
 		if measure {
-			if cpu0, err = serverCPU(ctx, rdb); err != nil {
+			if cpu0, err = redisstats.CPU(ctx, rdb); err != nil {
 				return err
 			}
 		}
@@ -335,7 +336,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		rep.Profile = &profiled{Decisions: n}
 		if measure {
-			if cpu1, err = serverCPU(ctx, rdb); err != nil {
+			if cpu1, err = redisstats.CPU(ctx, rdb); err != nil {
 				return err
 			}
 			ms := (cpu1 - cpu0).Milliseconds()

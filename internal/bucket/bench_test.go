@@ -3,13 +3,12 @@ package bucket
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redisstats"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
@@ -101,22 +100,11 @@ func (r redisCPU) report(b *testing.B) {
 }
 
 func readRedisCPU(b *testing.B, c *redis.Client) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
+	d, err := redisstats.CPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total time.Duration
-	for line := range strings.SplitSeq(info, "\n") {
-		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_sys" || name == "used_cpu_user" {
-			sec, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu: %s: %v", line, err)
-			}
-			total += time.Duration(sec * float64(time.Second))
-		}
-	}
-	return total
+	return d
 }
 
 // BenchmarkMemory measures the in-memory store's decisions, sequentially (allocations, latency).

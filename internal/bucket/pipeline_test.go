@@ -3,7 +3,6 @@ package bucket
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redisstats"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
@@ -79,18 +79,12 @@ func TestPipelineCoalescesAndReloads(t *testing.T) {
 	if used := 1e9 - res.Buckets[0].Remaining; used != workers*rounds {
 		t.Errorf("%d decisions applied, want %d", used, workers*rounds)
 	}
-	stats := c.Info(ctx, "commandstats").Val()
-	calls := func(cmd string) string {
-		for line := range strings.SplitSeq(stats, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-				n, _, _ := strings.Cut(rest, ",")
-				return n
-			}
-		}
-		return "0"
+	runs, err := redisstats.Calls(ctx, c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("evalsha %s, eval %s for %d decisions", calls("evalsha"), calls("eval"), workers*rounds+1)
-	if calls("eval") == "0" {
+	t.Logf("evalsha %d, eval %d for %d decisions", runs["evalsha"], runs["eval"], workers*rounds+1)
+	if runs["eval"] == 0 {
 		t.Error("no EVAL: the NOSCRIPT path was not exercised")
 	}
 }
@@ -217,36 +211,21 @@ func TestPipelineRunsPerTag(t *testing.T) {
 // countRuns is the number of EVALSHA and EVAL every node of c has run.
 func countRuns(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
-	ctx := context.Background()
 	var mu sync.Mutex
 	total := int64(0)
 	count := func(ctx context.Context, n *redis.Client) error {
-		stats, err := n.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		for line := range strings.SplitSeq(stats, "\n") {
-			for _, cmd := range []string{"evalsha", "eval"} {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-					v, _, _ := strings.Cut(rest, ",")
-					n, err := strconv.ParseInt(v, 10, 64)
-					if err != nil {
-						return err
-					}
-					mu.Lock()
-					total += n
-					mu.Unlock()
-				}
-			}
-		}
-		return nil
+		calls, err := redisstats.Calls(ctx, n)
+		mu.Lock()
+		total += calls["evalsha"] + calls["eval"]
+		mu.Unlock()
+		return err
 	}
 	var err error
 	switch c := c.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, count)
+		err = c.ForEachMaster(context.Background(), count)
 	case *redis.Client:
-		err = count(ctx, c)
+		err = count(context.Background(), c)
 	}
 	if err != nil {
 		t.Fatal(err)
