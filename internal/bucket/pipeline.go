@@ -93,8 +93,8 @@ func (b *batcher) flush() {
 	}
 }
 
-// run is one script run: the calls of one tag, their keys and arguments in order.
-type run struct {
+// scriptRun is one EVALSHA of a batch: the calls of one tag, their keys and arguments in order.
+type scriptRun struct {
 	calls []*call
 	keys  []string
 	args  []any
@@ -107,7 +107,7 @@ type run struct {
 func (b *batcher) exec(batch []*call) {
 	var deadline time.Time
 	unbounded := false
-	var runs []*run
+	var runs []*scriptRun
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.err = evalError(err)
@@ -119,7 +119,7 @@ func (b *batcher) exec(batch []*call) {
 		} else if dl.After(deadline) {
 			deadline = dl
 		}
-		var r *run
+		var r *scriptRun
 		for _, x := range runs {
 			if x.calls[0].tag == c.tag {
 				r = x
@@ -127,7 +127,7 @@ func (b *batcher) exec(batch []*call) {
 			}
 		}
 		if r == nil {
-			r = &run{}
+			r = &scriptRun{}
 			runs = append(runs, r)
 		}
 		r.calls = append(r.calls, c)
