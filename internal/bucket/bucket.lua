@@ -46,9 +46,11 @@
 --             reserved ahead); its wait is the time until its oldest lease expires, at most BUSY_US
 -- Reply (adjust, lower): the number of the call's keys.
 --
--- Storage (one key per bucket, expiring once the bucket would be full again plus MARGIN_MS; a
--- missing key is a full bucket, and a write that leaves a bucket full deletes its key):
---   token bucket   a 16-byte string, struct '<dd': level, time of that level
+-- Storage (one key per bucket, expiring once the bucket would be full again plus MARGIN_MS, a
+-- token bucket up to SLACK_MS later; a missing key is a full bucket, and a write that leaves a
+-- bucket full deletes its key):
+--   token bucket   a 24-byte string, struct '<ddd': level, time of that level, the expiry the key
+--                  was given; the 16 bytes '<dd' of earlier builds are read too, expiry unknown
 --   quota          a 16-byte string, struct '<dd': amount used (above limit: debt carried into the
 --                  next periods), period index
 --   sliding window a hash: <sub-window index> = amount admitted in that sub-window
@@ -57,12 +59,28 @@
 -- each with its expiry: a hash took an HMGET per bucket and an HSET and a PEXPIRE per write, and
 -- its numbers as decimal text (docs/performance.md). A string key of any other length (not
 -- written by this script) reads as a full bucket and is overwritten by the next write.
+-- A token bucket's key gets an expiry SLACK_MS later than it needs, and its value records it: a
+-- later write whose need it covers keeps it (SET ... KEEPTTL), so a busy bucket sets one about
+-- once per SLACK_MS. SET ... PX costs Redis about twice as much, its number formatted as text.
+--
+-- Cost: Redis runs this for every decision on its one thread, in Lua 5.1, where a table costs
+-- thousands of instructions and each redis.call, struct call or global lookup hundreds. So one
+-- MGET reads the string-stored buckets of the whole run; the buckets of the call being decided
+-- live in arrays by position that every call reuses, not in a table each; a take's reply is one
+-- struct.pack; the libraries are locals (docs/performance.md has the counts).
 
 local SLOTS = 10        -- sub-windows per sliding window
 local MARGIN_MS = 1000  -- expiry margin
+local SLACK_MS = 10000  -- how much later than needed a token bucket's expiry is set
 local DAY_US = 86400000000
 local EPS = 1e-14       -- float tolerance, relative to capacity (token bucket only)
 local BUSY_US = 1000000 -- longest wait advertised by a full concurrency bucket
+
+local rcall, error_reply = redis.call, redis.error_reply
+local spack, sunpack = struct.pack, struct.unpack
+local floor, ceil, mmax, mmin = math.floor, math.ceil, math.max, math.min
+local unpack, tonumber, tostring, pcall, type = unpack, tonumber, tostring, pcall, type
+local KEYS, ARGV = KEYS, ARGV
 
 local function num(x)
   return string.format('%.17g', x)
@@ -71,11 +89,11 @@ end
 -- Days since 1970-01-01 to (year, month), proleptic Gregorian (H. Hinnant's civil_from_days).
 local function civil(days)
   local z = days + 719468
-  local era = math.floor(z / 146097)
+  local era = floor(z / 146097)
   local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
   local m = mp < 10 and mp + 3 or mp - 9
   local y = yoe + era * 400
   if m <= 2 then y = y + 1 end
@@ -85,17 +103,17 @@ end
 -- (year, month) to days since 1970-01-01 of its first day (days_from_civil).
 local function first_day(y, m)
   if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
+  local era = floor(y / 400)
   local yoe = y - era * 400
   local mp = m > 2 and m - 3 or m + 9
-  local doy = math.floor((153 * mp + 2) / 5)
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local doy = floor((153 * mp + 2) / 5)
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
   return era * 146097 + doe - 719468
 end
 
 -- Index of the calendar period holding time t: days, or months since year 0.
 local function period_of(alg, t)
-  local day = math.floor(t / DAY_US)
+  local day = floor(t / DAY_US)
   if alg == 'd' then return day end
   local y, m = civil(day)
   return y * 12 + m - 1
@@ -104,95 +122,154 @@ end
 -- Start of calendar period p.
 local function period_start(alg, p)
   if alg == 'd' then return p * DAY_US end
-  local y = math.floor(p / 12)
+  local y = floor(p / 12)
   return first_day(y, p - y * 12 + 1) * DAY_US
 end
 
-local t = redis.call('TIME')
+local t = rcall('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local HEADER, BUCKET = '<c1ddc0', '<c1ddddd'
 
--- Time until b is full (empty of admissions), and the level to report.
-local function reset_of(b)
-  if b.alg == 'c' then
-    if b.last == nil then return 0 end
-    return b.last - now
-  elseif b.alg == 't' then
-    if b.level >= b.cap then return 0 end
-    return math.ceil((b.cap - b.level) * b.period / b.limit)
-  elseif b.alg == 's' then
-    if #b.slots == 0 then return 0 end
-    return (b.slots[#b.slots][1] + SLOTS + 1) * b.w - now
-  end
-  return period_start(b.alg, b.p + 1) - now
+-- The buckets of the call being decided, by position 1..n; every call of the run reuses them,
+-- and each call's load sets every field its buckets' algorithms read.
+local KEY, ALG, LIMIT, PERIOD, CAP, AMOUNT, RESERVE, WAIT = {}, {}, {}, {}, {}, {}, {}, {}
+local LEVEL, TS, EXPIRY = {}, {}, {}       -- token bucket: level, time of that level, key's expiry
+local USED, PIDX = {}, {}                   -- quota: amount used, period index
+local SW, SUBS, STALE, SUM = {}, {}, {}, {} -- sliding window: sub-window length, { index,
+                                            -- amount, dirty } sorted, stale fields, total
+local CNT, FIRST, LAST, MINE = {}, {}, {}, {} -- concurrency: live leases, earliest and latest
+                                              -- expiry (nil: none), whether the call's lease is one
+
+-- RAW holds every key's value as the run's MGET read it (false: missing or not a string);
+-- FRESH, the value a call of this run wrote since (false: deleted), which later calls read first.
+local RAW, FRESH = nil, {}
+
+-- A string-stored bucket's two numbers, or nil when it is missing or not written by this script.
+local function load16(key, k)
+  local raw = FRESH[key]
+  if raw == nil then raw = RAW[k] end
+  if raw and #raw == 16 then return sunpack('<dd', raw) end
+  return nil
 end
 
-local function remaining_of(b)
-  if b.alg == 'c' then return b.cap - b.cnt end
-  if b.alg == 't' then return math.floor(b.level + b.cap * EPS) end
-  if b.alg == 's' then return b.cap - b.sum end
-  return b.cap - b.used
+-- Time until bucket i is full (empty of admissions).
+local function reset_of(i)
+  local alg = ALG[i]
+  if alg == 't' then
+    local level, cap = LEVEL[i], CAP[i]
+    if level >= cap then return 0 end
+    return ceil((cap - level) * PERIOD[i] / LIMIT[i])
+  elseif alg == 'c' then
+    if LAST[i] == nil then return 0 end
+    return LAST[i] - now
+  elseif alg == 's' then
+    local subs = SUBS[i]
+    if #subs == 0 then return 0 end
+    return (subs[#subs][1] + SLOTS + 1) * SW[i] - now
+  end
+  return period_start(alg, PIDX[i] + 1) - now
+end
+
+-- The level of bucket i to report, rounded down.
+local function remaining_of(i)
+  local alg = ALG[i]
+  if alg == 't' then return floor(LEVEL[i] + CAP[i] * EPS) end
+  if alg == 'c' then return CAP[i] - CNT[i] end
+  if alg == 's' then return CAP[i] - SUM[i] end
+  return CAP[i] - USED[i]
+end
+
+-- The level a provider's report is compared with, as remaining_of but unrounded.
+local function level_of(i)
+  local alg = ALG[i]
+  if alg == 't' then return LEVEL[i] end
+  if alg == 's' then return CAP[i] - SUM[i] end
+  return CAP[i] - USED[i]
 end
 
 -- Milliseconds to keep a bucket that is full again in live microseconds: live plus the margin.
 local function ttl_ms(live)
-  return math.ceil(live / 1000) + MARGIN_MS
+  return ceil(live / 1000) + MARGIN_MS
 end
 
--- Write b back (it changed) with its expiry, or delete it when it is full.
-local function store(b)
-  if b.alg == 't' then
-    if b.level >= b.cap then
-      redis.call('DEL', b.key)
-    else
-      redis.call('SET', b.key, struct.pack('<dd', b.level, b.ts), 'PX', ttl_ms(reset_of(b)))
+-- Write bucket i back (it changed) with its expiry, or delete it when it is full.
+local function store(i)
+  local alg, key = ALG[i], KEY[i]
+  if alg == 't' then
+    local level, cap = LEVEL[i], CAP[i]
+    if level >= cap then
+      rcall('DEL', key)
+      FRESH[key] = false
+      return
     end
+    -- Keep the key's expiry when it is late enough (KEEPTTL costs Redis half of PX); else set
+    -- one SLACK_MS later than needed, so that a busy bucket sets it about once per SLACK_MS.
+    local need = now + ceil((cap - level) * PERIOD[i] / LIMIT[i]) + MARGIN_MS * 1000
+    local expiry, v = EXPIRY[i], nil
+    if expiry >= need then
+      v = spack('<ddd', level, TS[i], expiry)
+      rcall('SET', key, v, 'KEEPTTL')
+    else
+      local px = ceil((need - now) / 1000) + SLACK_MS
+      expiry = now + px * 1000
+      v = spack('<ddd', level, TS[i], expiry)
+      rcall('SET', key, v, 'PX', px)
+      EXPIRY[i] = expiry
+    end
+    FRESH[key] = v
     return
-  elseif b.alg == 'd' or b.alg == 'm' then
-    if b.used <= 0 then
-      redis.call('DEL', b.key)
+  elseif alg == 'd' or alg == 'm' then
+    local used = USED[i]
+    if used <= 0 then
+      rcall('DEL', key)
+      FRESH[key] = false
     else
       -- A quota is full again once its debt is paid off: ceil(used / limit) periods ahead.
-      local live = period_start(b.alg, b.p + math.ceil(b.used / b.limit)) - now
-      redis.call('SET', b.key, struct.pack('<dd', b.used, b.p), 'PX', ttl_ms(live))
+      local live = period_start(alg, PIDX[i] + ceil(used / LIMIT[i])) - now
+      local v = spack('<dd', used, PIDX[i])
+      rcall('SET', key, v, 'PX', ttl_ms(live))
+      FRESH[key] = v
     end
     return
-  elseif b.alg == 'c' then
-    redis.call('ZREMRANGEBYSCORE', b.key, '-inf', num(now))
-    if b.last == nil then
-      redis.call('DEL', b.key)
+  elseif alg == 'c' then
+    rcall('ZREMRANGEBYSCORE', key, '-inf', num(now))
+    if LAST[i] == nil then
+      rcall('DEL', key)
       return
     end
   else
-    if #b.stale > 0 then redis.call('HDEL', b.key, unpack(b.stale)) end
-    if b.sum <= 0 then
-      redis.call('DEL', b.key)
+    local stale = STALE[i]
+    if #stale > 0 then rcall('HDEL', key, unpack(stale)) end
+    if SUM[i] <= 0 then
+      rcall('DEL', key)
       return
     end
     local kept = {}
-    for _, s in ipairs(b.slots) do
+    for _, s in ipairs(SUBS[i]) do
       if s[3] then
         if s[2] > 0 then
-          redis.call('HSET', b.key, num(s[1]), num(s[2]))
+          rcall('HSET', key, num(s[1]), num(s[2]))
         else
-          redis.call('HDEL', b.key, num(s[1]))
+          rcall('HDEL', key, num(s[1]))
         end
       end
       if s[2] > 0 then kept[#kept + 1] = s end
     end
-    b.slots = kept
+    SUBS[i] = kept
   end
-  redis.call('PEXPIRE', b.key, ttl_ms(reset_of(b)))
+  rcall('PEXPIRE', key, ttl_ms(reset_of(i)))
 end
 
--- Add amount to the sub-window holding time at (keeping slots sorted and marking it dirty).
-local function slot_add(b, at, amount)
-  local idx = math.floor(at / b.w)
-  local pos = #b.slots + 1
-  for x, s in ipairs(b.slots) do
+-- Add amount to sliding window i's sub-window holding time at (keeping them sorted, marking it
+-- dirty).
+local function slot_add(i, at, amount)
+  local subs = SUBS[i]
+  local idx = floor(at / SW[i])
+  local pos = #subs + 1
+  for x, s in ipairs(subs) do
     if s[1] == idx then
       s[2], s[3] = s[2] + amount, true
-      b.sum = b.sum + amount
+      SUM[i] = SUM[i] + amount
       return
     end
     if s[1] > idx then
@@ -200,105 +277,125 @@ local function slot_add(b, at, amount)
       break
     end
   end
-  table.insert(b.slots, pos, { idx, amount, true })
-  b.sum = b.sum + amount
+  table.insert(subs, pos, { idx, amount, true })
+  SUM[i] = SUM[i] + amount
 end
 
--- The level a provider's report is compared with, as remaining_of but unrounded.
-local function level_of(b)
-  if b.alg == 't' then return b.level end
-  if b.alg == 's' then return b.cap - b.sum end
-  return b.cap - b.used
-end
+local function by_index(p, q) return p[1] < q[1] end
 
--- One call: its n buckets are KEYS[base + 1 .. base + n], its argument args, whose header (op,
--- max_wait, lease) is read and whose buckets start at pos.
-local function call(base, n, args, pos, op, max_wait, lease)
-  -- Load every bucket as of now, without writing. The string-stored buckets are read together,
-  -- once, by the first of them (MGET answers nil for the keys of other types).
-  local bs = {}
-  local strings
-  local function load16(i)
-    if strings == nil then strings = redis.call('MGET', unpack(KEYS, base + 1, base + n)) end
-    local raw = strings[i]
-    if raw and #raw == 16 then return struct.unpack('<dd', raw) end
-    return nil
-  end
-  for i = 1, n do
-    local alg, limit, period, cap, amount, reserve
-    alg, limit, period, cap, amount, reserve, pos = struct.unpack(BUCKET, args, pos)
-    -- Every field a token bucket uses, in the constructor: the table is sized once.
-    local b = {
-      key = KEYS[base + i], alg = alg, limit = limit, period = period, cap = cap, amount = amount,
-      reserve = reserve, level = 0, ts = 0, wait = 0,
-    }
-    if b.alg == 't' then
-      local level, ts = load16(i)
-      if level == nil then
-        b.level, b.ts = b.cap, now
-      elseif now > ts then
-        b.level, b.ts = level + (now - ts) * b.limit / b.period, now
+-- Load bucket i, KEYS[k], as of now, without writing.
+local function load(i, k, alg, lease)
+  local key = KEY[i]
+  if alg == 't' then
+    local level, ts = load16(key, k)
+    local cap = CAP[i]
+    if level == nil then
+      level, ts = cap, now
+    elseif now > ts then
+      level, ts = level + (now - ts) * LIMIT[i] / PERIOD[i], now
+    end
+    if level > cap then level = cap end
+    LEVEL[i], TS[i] = level, ts
+  elseif alg == 's' then
+    local w = ceil(PERIOD[i] / SLOTS)
+    local oldest = floor(now / w) - SLOTS
+    local subs, stale, sum = {}, {}, 0
+    local raw = rcall('HGETALL', key)
+    for x = 1, #raw, 2 do
+      local idx, c = tonumber(raw[x]), tonumber(raw[x + 1])
+      if idx == nil or c == nil or idx < oldest then
+        stale[#stale + 1] = raw[x]
       else
-        b.level, b.ts = level, ts
+        subs[#subs + 1] = { idx, c }
+        sum = sum + c
       end
-      if b.level > b.cap then b.level = b.cap end
-    elseif b.alg == 's' then
-      b.w = math.ceil(b.period / SLOTS)
-      b.k = math.floor(now / b.w)
-      b.slots, b.stale, b.sum = {}, {}, 0
-      local raw = redis.call('HGETALL', b.key)
-      for x = 1, #raw, 2 do
-        local idx, c = tonumber(raw[x]), tonumber(raw[x + 1])
-        if idx == nil or c == nil or idx < b.k - SLOTS then
-          b.stale[#b.stale + 1] = raw[x]
-        else
-          b.slots[#b.slots + 1] = { idx, c }
-          b.sum = b.sum + c
+    end
+    table.sort(subs, by_index)
+    SW[i], SUBS[i], STALE[i], SUM[i] = w, subs, stale, sum
+  elseif alg == 'd' or alg == 'm' then
+    local used, p = load16(key, k)
+    local cur = period_of(alg, now)
+    if used == nil then
+      used, p = 0, cur
+    elseif p < cur then
+      used, p = mmax(0, used - LIMIT[i] * (cur - p)), cur
+    end
+    USED[i], PIDX[i] = used, p
+  elseif alg == 'c' then
+    -- Live leases only: expired ones are still stored until the next write prunes them.
+    local live = '(' .. num(now)
+    local cnt = rcall('ZCOUNT', key, live, '+inf')
+    local first = rcall('ZRANGEBYSCORE', key, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    FIRST[i] = tonumber(first[2])
+    local last = tonumber(rcall('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2])
+    if last ~= nil and last <= now then last = nil end
+    LAST[i] = last
+    -- A lease taken again (a retried call) is renewed, not counted twice.
+    local mine = tonumber(rcall('ZSCORE', key, lease))
+    MINE[i] = mine ~= nil and mine > now
+    if MINE[i] then cnt = cnt - 1 end
+    CNT[i] = cnt
+  else
+    return false
+  end
+  return true
+end
+
+-- The calls of the run, from their headers: first key's index - 1, key count, argument, where its
+-- buckets start, op, max_wait, lease.
+local CBASE, CN, CPOS, COP, CWAIT, CLEASE = {}, {}, {}, {}, {}, {}
+
+-- Reply formats of a take by key count, built once each.
+local REPLY = {}
+local OUT = {}
+
+-- One call, ci: its n buckets are KEYS[base + 1 .. base + n].
+local function call(ci)
+  local base, n, args, pos, op, lease = CBASE[ci], CN[ci], ARGV[ci], CPOS[ci], COP[ci], CLEASE[ci]
+  for i = 1, n do
+    local alg
+    alg, LIMIT[i], PERIOD[i], CAP[i], AMOUNT[i], RESERVE[i], pos = sunpack(BUCKET, args, pos)
+    local key = KEYS[base + i]
+    KEY[i], ALG[i] = key, alg
+    if alg == 't' then
+      -- The common case, inline (a Lua call costs as much as the rest of it).
+      local raw = FRESH[key]
+      if raw == nil then raw = RAW[base + i] end
+      local cap, level, ts, expiry = CAP[i], nil, nil, 0
+      if raw then
+        local len = #raw
+        if len == 24 then
+          level, ts, expiry = sunpack('<ddd', raw)
+        elseif len == 16 then
+          level, ts = sunpack('<dd', raw) -- an earlier build's: its expiry is unknown
         end
       end
-      table.sort(b.slots, function(p, q) return p[1] < q[1] end)
-    elseif b.alg == 'd' or b.alg == 'm' then
-      local used, p = load16(i)
-      local cur = period_of(b.alg, now)
-      if used == nil then
-        b.used, b.p = 0, cur
-      elseif p < cur then
-        b.used, b.p = math.max(0, used - b.limit * (cur - p)), cur
-      else
-        b.used, b.p = used, p
+      if level == nil then
+        level, ts = cap, now
+      elseif now > ts then
+        level, ts = level + (now - ts) * LIMIT[i] / PERIOD[i], now
       end
-    elseif b.alg == 'c' then
-      -- Live leases only: expired ones are still stored until the next write prunes them.
-      local live = '(' .. num(now)
-      b.cnt = redis.call('ZCOUNT', b.key, live, '+inf')
-      local first = redis.call('ZRANGEBYSCORE', b.key, live, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      b.first = tonumber(first[2])
-      local last = redis.call('ZREVRANGE', b.key, 0, 0, 'WITHSCORES')
-      b.last = tonumber(last[2])
-      if b.last ~= nil and b.last <= now then b.last = nil end
-      -- A lease taken again (a retried call) is renewed, not counted twice.
-      local mine = tonumber(redis.call('ZSCORE', b.key, lease))
-      b.mine = mine ~= nil and mine > now
-      if b.mine then b.cnt = b.cnt - 1 end
-    else
-      return redis.error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(b.alg))
+      if level > cap then level = cap end
+      LEVEL[i], TS[i], EXPIRY[i] = level, ts, expiry
+    elseif not load(i, base + i, alg, lease) then
+      return error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(alg))
     end
-    bs[i] = b
   end
 
   if op == 'L' then
-    for _, b in ipairs(bs) do
-      if b.alg ~= 'c' then
-        local d = level_of(b) - b.amount
+    for i = 1, n do
+      if ALG[i] ~= 'c' then
+        local d = level_of(i) - AMOUNT[i]
         if d > 0 then
-          if b.alg == 't' then
-            b.level = b.amount
-          elseif b.alg == 's' then
-            slot_add(b, now, d)
+          local alg = ALG[i]
+          if alg == 't' then
+            LEVEL[i] = AMOUNT[i]
+          elseif alg == 's' then
+            slot_add(i, now, d)
           else
-            b.used = b.used + d
+            USED[i] = USED[i] + d
           end
-          store(b)
+          store(i)
         end
       end
     end
@@ -306,143 +403,165 @@ local function call(base, n, args, pos, op, max_wait, lease)
   end
 
   if op == 'A' then
-    for _, b in ipairs(bs) do
-      local d = b.amount
-      if b.alg == 'c' then
+    for i = 1, n do
+      local alg, d = ALG[i], AMOUNT[i]
+      if alg == 'c' then
         if d > 0 and lease ~= '-' then
-          redis.call('ZREM', b.key, lease)
-        end
-      elseif b.alg == 't' then
-        b.level = b.level + d
-        if b.level > b.cap then b.level = b.cap end
-      elseif b.alg == 's' then
-        if d < 0 then
-          slot_add(b, now, -d)
-        else
-          -- A refund gives back the most recent admissions first.
-          for x = #b.slots, 1, -1 do
-            if d <= 0 then break end
-            local s = b.slots[x]
-            local take = math.min(s[2], d)
-            s[2], s[3], d, b.sum = s[2] - take, true, d - take, b.sum - take
-          end
+          rcall('ZREM', KEY[i], lease)
         end
       else
-        b.used = math.max(0, b.used - d)
+        if alg == 't' then
+          local level = LEVEL[i] + d
+          if level > CAP[i] then level = CAP[i] end
+          LEVEL[i] = level
+        elseif alg == 's' then
+          if d < 0 then
+            slot_add(i, now, -d)
+          else
+            -- A refund gives back the most recent admissions first.
+            local subs = SUBS[i]
+            for x = #subs, 1, -1 do
+              if d <= 0 then break end
+              local s = subs[x]
+              local take = mmin(s[2], d)
+              s[2], s[3], d, SUM[i] = s[2] - take, true, d - take, SUM[i] - take
+            end
+          end
+        else
+          USED[i] = mmax(0, USED[i] - d)
+        end
+        store(i)
       end
-      if b.alg ~= 'c' then store(b) end
     end
     return n
   end
 
   -- Take: per-bucket wait (or impossibility), then one decision for all.
-  local outcome, blocking, wait = 0, -1, 0
-  for i, b in ipairs(bs) do
-    local need = b.amount + b.reserve
-    b.wait = 0
-    if need > b.cap then
+  local outcome, blocking, wait, busy = 0, -1, 0, false
+  for i = 1, n do
+    local alg, cap = ALG[i], CAP[i]
+    local need = AMOUNT[i] + RESERVE[i]
+    local w = 0
+    if need > cap then
       if outcome ~= 3 then outcome, blocking = 3, i - 1 end
-    elseif b.alg == 'c' then
-      if b.cnt + need > b.cap then
-        b.busy = true
-        b.wait = BUSY_US
-        if b.first ~= nil then b.wait = math.max(1, math.min(b.first - now, BUSY_US)) end
+    elseif alg == 't' then
+      local level = LEVEL[i]
+      if level < need - cap * EPS then
+        w = ceil((need - level) * PERIOD[i] / LIMIT[i])
       end
-    elseif b.alg == 't' then
-      if b.level < need - b.cap * EPS then
-        b.wait = math.ceil((need - b.level) * b.period / b.limit)
+    elseif alg == 'c' then
+      if CNT[i] + need > cap then
+        busy = true
+        w = BUSY_US
+        if FIRST[i] ~= nil then w = mmax(1, mmin(FIRST[i] - now, BUSY_US)) end
       end
-    elseif b.alg == 's' then
-      if b.sum + need > b.cap then
+    elseif alg == 's' then
+      local sum = SUM[i]
+      if sum + need > cap then
         -- Wait for the oldest sub-windows to leave the window until the cost fits.
-        local left = b.sum
-        for _, s in ipairs(b.slots) do
+        local left = sum
+        for _, s in ipairs(SUBS[i]) do
           left = left - s[2]
-          if left + need <= b.cap then
-            b.wait = (s[1] + SLOTS + 1) * b.w - now
+          if left + need <= cap then
+            w = (s[1] + SLOTS + 1) * SW[i] - now
             break
           end
         end
       end
     else
-      if b.used + need > b.cap then
-        local ahead = math.ceil((b.used + need - b.cap) / b.limit)
-        b.wait = period_start(b.alg, b.p + ahead) - now
+      if USED[i] + need > cap then
+        local ahead = ceil((USED[i] + need - cap) / LIMIT[i])
+        w = period_start(alg, PIDX[i] + ahead) - now
       end
     end
-    if outcome ~= 3 and b.wait > wait then
-      wait, blocking = b.wait, i - 1
+    WAIT[i] = w
+    if outcome ~= 3 and w > wait then
+      wait, blocking = w, i - 1
     end
   end
 
-  local busy = false
-  for _, b in ipairs(bs) do
-    if b.busy then busy = true end
-  end
   if outcome ~= 3 and wait > 0 then
-    if max_wait > 0 and wait <= max_wait and not busy then outcome = 1 else outcome = 2 end
+    if CWAIT[ci] > 0 and wait <= CWAIT[ci] and not busy then outcome = 1 else outcome = 2 end
   end
   if outcome == 3 then wait = 0 end
 
   if outcome <= 1 then
-    for _, b in ipairs(bs) do
-      if b.amount > 0 then
-        if b.alg == 'c' then
-          local exp = now + b.period
-          redis.call('ZADD', b.key, num(exp), lease)
-          b.cnt = b.cnt + 1
-          if b.first == nil or exp < b.first then b.first = exp end
-          if b.last == nil or exp > b.last then b.last = exp end
-        elseif b.alg == 't' then
-          b.level = b.level - b.amount
-        elseif b.alg == 's' then
+    for i = 1, n do
+      local amount = AMOUNT[i]
+      if amount > 0 then
+        local alg = ALG[i]
+        if alg == 't' then
+          LEVEL[i] = LEVEL[i] - amount
+        elseif alg == 'c' then
+          local exp = now + PERIOD[i]
+          rcall('ZADD', KEY[i], num(exp), lease)
+          CNT[i] = CNT[i] + 1
+          if FIRST[i] == nil or exp < FIRST[i] then FIRST[i] = exp end
+          if LAST[i] == nil or exp > LAST[i] then LAST[i] = exp end
+        elseif alg == 's' then
           -- Admitted as of when the caller proceeds, so it leaves the window a full period later.
-          slot_add(b, now + wait, b.amount)
+          slot_add(i, now + wait, amount)
         else
-          b.used = b.used + b.amount
+          USED[i] = USED[i] + amount
         end
-        store(b)
+        store(i)
       end
     end
   end
 
-  local reply = { struct.pack('<i8i8i8', outcome, blocking, wait) }
-  for i, b in ipairs(bs) do
-    reply[i + 1] = struct.pack('<i8i8i8i8', remaining_of(b), b.cap, reset_of(b), b.wait)
+  OUT[1], OUT[2], OUT[3] = outcome, blocking, wait
+  local o = 3
+  for i = 1, n do
+    local cap = CAP[i]
+    if ALG[i] == 't' then
+      local level, reset = LEVEL[i], 0
+      if level < cap then reset = ceil((cap - level) * PERIOD[i] / LIMIT[i]) end
+      OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = floor(level + cap * EPS), cap, reset, WAIT[i]
+    else
+      OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = remaining_of(i), cap, reset_of(i), WAIT[i]
+    end
+    o = o + 4
   end
-  return table.concat(reply)
+  local format = REPLY[n]
+  if format == nil then
+    format = '<' .. string.rep('i8', o)
+    REPLY[n] = format
+  end
+  return spack(format, unpack(OUT, 1, o))
 end
 
 -- Read every call's header first: the calls' key counts must add up to #KEYS, or no call can be
 -- told its keys.
-local calls, base = {}, 0
-for i, args in ipairs(ARGV) do
+local base = 0
+for i = 1, #ARGV do
+  local args = ARGV[i]
   if #args < 17 then
-    return redis.error_reply('ERR bucket.lua: call ' .. i .. ': arguments of ' .. #args .. ' bytes')
+    return error_reply('ERR bucket.lua: call ' .. i .. ': arguments of ' .. #args .. ' bytes')
   end
-  local op, max_wait, lease, pos = struct.unpack(HEADER, args)
+  local op, max_wait, lease, pos = sunpack(HEADER, args)
   local n = (#args - (pos - 1)) / 41
-  if n < 1 or n ~= math.floor(n) then
-    return redis.error_reply('ERR bucket.lua: call ' .. i .. ': ' .. #args .. ' bytes of arguments are no whole number of buckets')
+  if n < 1 or n ~= floor(n) then
+    return error_reply('ERR bucket.lua: call ' .. i .. ': ' .. #args .. ' bytes of arguments are no whole number of buckets')
   end
-  calls[i] = { base, n, args, pos, op, max_wait, lease }
+  CBASE[i], CN[i], CPOS[i], COP[i], CWAIT[i], CLEASE[i] = base, n, pos, op, max_wait, lease
   base = base + n
 end
 if base ~= #KEYS then
-  return redis.error_reply('ERR bucket.lua: the calls name ' .. base .. ' keys, got ' .. #KEYS)
+  return error_reply('ERR bucket.lua: the calls name ' .. base .. ' keys, got ' .. #KEYS)
 end
+if base > 0 then RAW = rcall('MGET', unpack(KEYS)) end
 
 -- Each call is decided on its own: an error in one (a key of the wrong type, say) is its own
 -- reply and leaves the others alone.
 local replies = {}
-for i, c in ipairs(calls) do
-  local ok, r = pcall(call, unpack(c))
+for i = 1, #ARGV do
+  local ok, r = pcall(call, i)
   if ok then
     replies[i] = r
   elseif type(r) == 'table' and r.err then
     replies[i] = r
   else
-    replies[i] = redis.error_reply('ERR bucket.lua: call ' .. i .. ': ' .. tostring(r))
+    replies[i] = error_reply('ERR bucket.lua: call ' .. i .. ': ' .. tostring(r))
   end
 end
 return replies

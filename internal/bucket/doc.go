@@ -72,8 +72,8 @@
 //
 // where alg is T, s, D, M or c (token bucket, sliding window, daily or monthly quota, concurrency), so a bucket
 // whose algorithm changes starts afresh instead of misreading the other's state. A token bucket
-// or a quota is a 16-byte string (two doubles, read with one MGET for all of a decision's buckets
-// and written with SET ... PX), a sliding window a hash, a concurrency bucket a sorted set.
+// or a quota is a short string of doubles (read with one MGET for all the buckets of a script
+// run, written with SET), a sliding window a hash, a concurrency bucket a sorted set.
 // Builds before the strings kept token buckets and quotas as hashes under t, d and m: during a
 // rolling upgrade from one, old and new replicas keep separate state for those buckets (each
 // replica's own admissions are counted) until the old ones are gone, and the old keys expire on
@@ -98,9 +98,15 @@
 //
 // A key expires once its bucket would be full again, plus a 1 s margin; a missing key is a full
 // bucket, so a bucket re-created from nothing starts full, and a write that leaves a bucket full
-// deletes its key. Denials and zero-cost decisions write nothing. MEMORY USAGE on Redis 7.0 for
-// the example keys above (about 35-byte keys): token bucket 136 bytes, daily or monthly quota 104
-// bytes, sliding window with all 11 sub-windows in use 184 bytes.
+// deletes its key. Denials and zero-cost decisions write nothing. A token bucket's key is given
+// an expiry 10 s later than it needs and keeps it through the writes that need no later one
+// (SET ... KEEPTTL, half the cost of setting an expiry), so it may outlive its full bucket by up
+// to 11 s. Its value records that expiry (24 bytes). Builds before it wrote 16 bytes without the
+// expiry, which this build reads and rewrites; during a rolling upgrade from one, the earlier
+// replicas read a 24-byte value as a full bucket (each of their admissions still counted) until
+// they are gone. MEMORY USAGE on Redis 7.0 for the example keys above (about 35-byte keys):
+// token bucket 136 bytes, daily or monthly quota 104 bytes, sliding window with all 11
+// sub-windows in use 184 bytes.
 //
 // With RedisOptions.MaxBatch, the script calls of concurrent decisions are coalesced into
 // pipelines: one write and one read per batch on both sides, which is what a CPU-bound machine

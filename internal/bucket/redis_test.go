@@ -2,7 +2,9 @@ package bucket
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -173,13 +175,28 @@ func TestRedisStorage(t *testing.T) {
 	s = newFakeTimeRedis(c, RedisOptions{Prefix: "rl2:"}, clk.Now)
 	tb.Cost, day.Cost = 3000, 4
 	take(t, s, r(tb, day))
-	for _, tc := range []struct {
-		spec Spec
-		ttl  time.Duration
-	}{{tb, 6 * time.Second}, {day, time.Minute}} {
-		if got := pttl(tc.spec); got <= tc.ttl || got > tc.ttl+time.Second {
-			t.Errorf("%s: PTTL %v, want %v plus the 1 s margin", tc.spec.Name, got, tc.ttl)
+	// A token bucket's expiry is set 10 s later than needed, and kept by the writes it covers.
+	for _, step := range []struct {
+		cost     int64
+		ttl      time.Duration
+		describe string
+	}{
+		{3000, 17 * time.Second, "6 s to refill, the 1 s margin and 10 s of slack"},
+		{1000, 17 * time.Second, "kept: 8 s to refill and the margin fit in it"},
+		{5000, 29 * time.Second, "set again: 18 s to refill, the margin and the slack"},
+	} {
+		if step.cost != 3000 {
+			take(t, s, r(with(tb, step.cost)))
 		}
+		if got := pttl(tb); got <= step.ttl-time.Second || got > step.ttl {
+			t.Errorf("token bucket after a take of %d: PTTL %v, want %v (%s)", step.cost, got, step.ttl, step.describe)
+		}
+		if n := c.StrLen(ctx, key(tb)).Val(); n != 24 {
+			t.Errorf("token bucket: a %d-byte value, want 24", n)
+		}
+	}
+	if got := pttl(day); got <= time.Minute || got > time.Minute+time.Second {
+		t.Errorf("%s: PTTL %v, want a minute plus the 1 s margin", day.Name, got)
 	}
 	// A month's debt keeps the key until it is paid: 3.5e6 used of 1e6 a month is paid on 1 June.
 	adjust(t, s, "openai", Adjustment{Spec: month, Delta: -3_500_000})
@@ -188,7 +205,7 @@ func TestRedisStorage(t *testing.T) {
 		t.Errorf("month in debt: PTTL %v, want %v plus the margin", got, want)
 	}
 	// A refund to full deletes the key.
-	adjust(t, s, "openai", Adjustment{Spec: tb, Delta: 3000}, Adjustment{Spec: day, Delta: 4})
+	adjust(t, s, "openai", Adjustment{Spec: tb, Delta: 9000}, Adjustment{Spec: day, Delta: 4})
 	for _, spec := range []Spec{tb, day} {
 		if n := c.Exists(ctx, key(spec)).Val(); n != 0 {
 			t.Errorf("%s: a full bucket is still stored", spec.Name)
@@ -230,14 +247,48 @@ func TestRedisForeignValue(t *testing.T) {
 			if res := take(t, s, req(spec)); res.Outcome != Allowed || res.Buckets[0].Remaining != 900 {
 				t.Errorf("%s in %s: %+v, want allowed with 900 left", tc.name, spec.Name, res.Buckets[0])
 			}
-			if typ := c.Type(ctx, key(spec)).Val(); typ != "string" || c.StrLen(ctx, key(spec)).Val() != 16 {
-				t.Errorf("%s in %s: left a %s, want the 16-byte string", tc.name, spec.Name, typ)
+			want := int64(16) // a quota
+			if spec.Algorithm == TokenBucket {
+				want = 24
+			}
+			if typ, n := c.Type(ctx, key(spec)).Val(), c.StrLen(ctx, key(spec)).Val(); typ != "string" || n != want {
+				t.Errorf("%s in %s: left a %s of %d bytes, want a string of %d", tc.name, spec.Name, typ, n, want)
 			}
 			if got := remaining(t, s, "p", spec); got != 900 {
 				t.Errorf("%s in %s: %d left after the debit, want 900", tc.name, spec.Name, got)
 			}
 			c.Del(ctx, key(spec))
 		}
+	}
+}
+
+// TestRedisEarlierValue checks that a token bucket as builds before the stored expiry wrote it
+// (16 bytes: level and time, no expiry) keeps its level, and is rewritten with its expiry.
+func TestRedisEarlierValue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	clk := newClock(t0)
+	s := newFakeTimeRedis(c, RedisOptions{Prefix: "ev:"}, clk.Now)
+	tb := tokenBucket("tpm", 6000, time.Minute, 100) // 100 a second
+	key := s.keys("p", 1, func(int) *Spec { return &tb })[0]
+	var v []byte
+	v = binary.LittleEndian.AppendUint64(v, math.Float64bits(500))
+	v = binary.LittleEndian.AppendUint64(v, math.Float64bits(float64(t0.UnixMicro())))
+	if err := c.Set(ctx, key, v, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second) // refills 100
+	if res := take(t, s, req(tb)); res.Outcome != Allowed || res.Buckets[0].Remaining != 500 {
+		t.Errorf("take: %+v, want allowed with 500 left", res.Buckets[0])
+	}
+	if n := c.StrLen(ctx, key).Val(); n != 24 {
+		t.Errorf("rewritten as %d bytes, want 24", n)
+	}
+	// 5500 to refill at 100 a second: 55 s, the 1 s margin and 10 s of slack.
+	if got := c.PTTL(ctx, key).Val(); got <= 65*time.Second || got > 66*time.Second {
+		t.Errorf("PTTL %v, want 66 s", got)
 	}
 }
 
