@@ -40,7 +40,7 @@ rules:
 			t.Fatalf("check: %v %v", resp, err)
 		}
 	}
-	check()               // loads the script
+	check()               // loads the library
 	stats := srv.Client() // one connection, opened (HELLO) by the first INFO
 	before := calls(t, stats)
 	decisions := int64(0)
@@ -53,9 +53,9 @@ rules:
 		d := n - before[name]
 		switch name {
 		case "info", "time", "mget", "set", "del":
-		case "evalsha":
+		case "fcall":
 			if d != decisions {
-				t.Errorf("%d decisions sent %d EVALSHA, want one each and no heartbeat", decisions, d)
+				t.Errorf("%d decisions sent %d FCALL, want one each and no heartbeat", decisions, d)
 			}
 		default:
 			if d != 0 {

@@ -27,7 +27,7 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.StringVar(&o.RedisURL, "redis-url", envOr("REDIS_URL", ""), "shared store: redis://, rediss://, Sentinel or Cluster URL; empty: in-memory store, one replica (env REDIS_URL)")
 	fs.StringVar(&o.RedisPrefix, "redis-prefix", envOr("REDIS_PREFIX", "llmrl:"), "prefix of every Redis key (env REDIS_PREFIX)")
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", 50*time.Millisecond, "Redis dial, read and write timeout; keep it well under Envoy's ext_authz timeout")
-	fs.IntVar(&o.RedisBatch, "redis-batch", 32, "coalesce concurrent decisions into Redis pipelines of at most this many decisions (one EVALSHA per provider, each decision atomic on its own); 0: one round trip and one EVALSHA per decision")
+	fs.IntVar(&o.RedisBatch, "redis-batch", 32, "coalesce concurrent decisions into Redis pipelines of at most this many decisions (one FCALL per provider, each decision atomic on its own); 0: one round trip and one FCALL per decision")
 	fs.StringVar(&logLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL); debug logs one line per decision")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight checks may take before the server stops")
 	fs.IntVar(&o.MaxRecvBytes, "max-recv-bytes", config.DefaultMaxRecvBytes, "largest CheckRequest accepted (keep it above Envoy's max_request_bytes plus headers)")

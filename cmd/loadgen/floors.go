@@ -112,7 +112,7 @@ var inScript = map[string]bool{"time": true, "mget": true, "set": true, "hgetall
 
 // redisCommands summarizes the commandstats difference of a run.
 type redisCommands struct {
-	// Sent are the commands clients sent (EVALSHA, EVAL, PING...), by name; in-script commands
+	// Sent are the commands clients sent (FCALL, EVALSHA, EVAL, PING...), by name; in-script commands
 	// and the tool's own INFO are left out.
 	Sent map[string]int64 `json:"sent"`
 	// InScript are the commands the scripts ran, by name.

@@ -65,8 +65,8 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("no ratio to the noop floor: %v", rep.Ratios)
 			}
 			if tc.name == "redis" {
-				if rep.Redis == nil || rep.Redis.Sent["evalsha"] == 0 {
-					t.Fatalf("no EVALSHA counted: %+v", rep.Redis)
+				if rep.Redis == nil || rep.Redis.Sent["fcall"] == 0 {
+					t.Fatalf("no FCALL counted: %+v", rep.Redis)
 				}
 				if _, ok := rep.Ratios["throughput_vs_evalsha"]; !ok {
 					t.Errorf("no ratio to the evalsha floor: %v", rep.Ratios)

@@ -76,11 +76,11 @@ local DAY_US = 86400000000
 local EPS = 1e-14       -- float tolerance, relative to capacity (token bucket only)
 local BUSY_US = 1000000 -- longest wait advertised by a full concurrency bucket
 
-local rcall, error_reply = redis.call, redis.error_reply
-local spack, sunpack = struct.pack, struct.unpack
-local floor, ceil, mmax, mmin = math.floor, math.ceil, math.max, math.min
-local unpack, tonumber, tostring, pcall, type = unpack, tonumber, tostring, pcall, type
-local KEYS, ARGV = KEYS, ARGV
+-- Libraries and the run's arguments, bound by run: a function library may not touch them while
+-- it loads.
+local rcall, error_reply, spack, sunpack, floor, ceil, mmax, mmin
+local unpack, tonumber, tostring, pcall, type
+local KEYS, ARGV, now
 
 local function num(x)
   return string.format('%.17g', x)
@@ -126,8 +126,6 @@ local function period_start(alg, p)
   return first_day(y, p - y * 12 + 1) * DAY_US
 end
 
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local HEADER, BUCKET = '<c1ddc0', '<c1ddddd'
 
 -- The buckets of the call being decided, by position 1..n; every call of the run reuses them,
@@ -142,7 +140,7 @@ local CNT, FIRST, LAST, MINE = {}, {}, {}, {} -- concurrency: live leases, earli
 
 -- RAW holds every key's value as the run's MGET read it (false: missing or not a string);
 -- FRESH, the value a call of this run wrote since (false: deleted), which later calls read first.
-local RAW, FRESH = nil, {}
+local RAW, FRESH
 
 -- A string-stored bucket's two numbers, or nil when it is missing or not written by this script.
 local function load16(key, k)
@@ -530,38 +528,51 @@ local function call(ci)
   return spack(format, unpack(OUT, 1, o))
 end
 
--- Read every call's header first: the calls' key counts must add up to #KEYS, or no call can be
--- told its keys.
-local base = 0
-for i = 1, #ARGV do
-  local args = ARGV[i]
-  if #args < 17 then
-    return error_reply('ERR bucket.lua: call ' .. i .. ': arguments of ' .. #args .. ' bytes')
-  end
-  local op, max_wait, lease, pos = sunpack(HEADER, args)
-  local n = (#args - (pos - 1)) / 41
-  if n < 1 or n ~= floor(n) then
-    return error_reply('ERR bucket.lua: call ' .. i .. ': ' .. #args .. ' bytes of arguments are no whole number of buckets')
-  end
-  CBASE[i], CN[i], CPOS[i], COP[i], CWAIT[i], CLEASE[i] = base, n, pos, op, max_wait, lease
-  base = base + n
-end
-if base ~= #KEYS then
-  return error_reply('ERR bucket.lua: the calls name ' .. base .. ' keys, got ' .. #KEYS)
-end
-if base > 0 then RAW = rcall('MGET', unpack(KEYS)) end
+-- One script run: every call of keys and args, decided in order. The function library calls it
+-- (FCALL); as a script (EVALSHA), the source ends with "return run(_G.KEYS, _G.ARGV)".
+local function run(keys, argv)
+  rcall, error_reply = redis.call, redis.error_reply
+  spack, sunpack = struct.pack, struct.unpack
+  floor, ceil, mmax, mmin = math.floor, math.ceil, math.max, math.min
+  unpack, tonumber, tostring, pcall, type = _G.unpack, _G.tonumber, _G.tostring, _G.pcall, _G.type
+  KEYS, ARGV = keys, argv
+  local t = rcall('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  RAW, FRESH = nil, {}
 
--- Each call is decided on its own: an error in one (a key of the wrong type, say) is its own
--- reply and leaves the others alone.
-local replies = {}
-for i = 1, #ARGV do
-  local ok, r = pcall(call, i)
-  if ok then
-    replies[i] = r
-  elseif type(r) == 'table' and r.err then
-    replies[i] = r
-  else
-    replies[i] = error_reply('ERR bucket.lua: call ' .. i .. ': ' .. tostring(r))
+  -- Read every call's header first: the calls' key counts must add up to #KEYS, or no call can be
+  -- told its keys.
+  local base = 0
+  for i = 1, #ARGV do
+    local args = ARGV[i]
+    if #args < 17 then
+      return error_reply('ERR bucket.lua: call ' .. i .. ': arguments of ' .. #args .. ' bytes')
+    end
+    local op, max_wait, lease, pos = sunpack(HEADER, args)
+    local n = (#args - (pos - 1)) / 41
+    if n < 1 or n ~= floor(n) then
+      return error_reply('ERR bucket.lua: call ' .. i .. ': ' .. #args .. ' bytes of arguments are no whole number of buckets')
+    end
+    CBASE[i], CN[i], CPOS[i], COP[i], CWAIT[i], CLEASE[i] = base, n, pos, op, max_wait, lease
+    base = base + n
   end
+  if base ~= #KEYS then
+    return error_reply('ERR bucket.lua: the calls name ' .. base .. ' keys, got ' .. #KEYS)
+  end
+  if base > 0 then RAW = rcall('MGET', unpack(KEYS)) end
+
+  -- Each call is decided on its own: an error in one (a key of the wrong type, say) is its own
+  -- reply and leaves the others alone.
+  local replies = {}
+  for i = 1, #ARGV do
+    local ok, r = pcall(call, i)
+    if ok then
+      replies[i] = r
+    elseif type(r) == 'table' and r.err then
+      replies[i] = r
+    else
+      replies[i] = error_reply('ERR bucket.lua: call ' .. i .. ': ' .. tostring(r))
+    end
+  end
+  return replies
 end
-return replies

@@ -4,7 +4,7 @@
 //
 // It owns the budget algorithms, the Lua script that runs them in Redis (bucket.lua), the key
 // layout, the Redis client construction (NewClient) and two stores with identical semantics:
-// Redis (at most one EVALSHA per decision, on a single node, a Sentinel-managed master or a Redis Cluster)
+// Redis (at most one FCALL per decision, on a single node, a Sentinel-managed master or a Redis Cluster)
 // and Memory (in process, the embedded default for one replica). It returns concrete types and
 // must never import internal/filter (which declares the interface it needs) nor any wire protocol.
 //
@@ -110,13 +110,19 @@
 //
 // With RedisOptions.MaxBatch, the script calls of concurrent decisions are coalesced into
 // pipelines: one write and one read per batch on both sides, which is what a CPU-bound machine
-// pays for most, and one EVALSHA per tag in the batch, whose script run decides that tag's calls
+// pays for most, and one FCALL per tag in the batch, whose run decides that tag's calls
 // one after the other, each atomically and on its own (one call's error is its own reply). A call
 // whose context has ended before its pipeline is sent is never sent; a timeout or a lost
 // connection fails every call of the pipeline it hit.
 //
-// The script is run with EVALSHA and falls back to EVAL when the server has lost its script cache
-// (SCRIPT FLUSH, a restart, a failover), which callers never see. If a reply is lost after Redis
+// bucket.lua is loaded as a function library (Redis 7 and later) and called with FCALL: its top
+// level, which a script would run on every call, runs once when it loads. Where the function
+// cannot run (a server before Redis 7, an ACL denying FUNCTION or FCALL, a node that lost its
+// functions), the same code runs as a script, with EVALSHA and then EVAL, and a node that lost
+// the library gets it again (library.go). Callers never see either. The library's name carries a
+// hash of its code, so that replicas of two builds each call their own during a rolling upgrade;
+// earlier versions stay loaded, a few KB each, until deleted (FUNCTION DELETE). A Redis ACL user
+// needs +fcall and +function|load for the fast path, +evalsha and +eval for the fallback. If a reply is lost after Redis
 // ran the script, go-redis may retry it: an over-charge, never an over-admission. After a
 // failover to a server whose clock is behind, buckets do not refill until its clock catches up.
 package bucket

@@ -24,24 +24,37 @@ var (
 	_ store = (*Redis)(nil)
 )
 
-// fakeTimePrelude shadows the global redis with one whose TIME returns the last two ARGV (seconds
-// and microseconds), which it takes off ARGV, so that tests drive the production script with an
-// exact clock.
-const fakeTimePrelude = `local fake_us = table.remove(ARGV)
-local fake_s = table.remove(ARGV)
-local real_redis = redis
-local redis = setmetatable({ call = function(cmd, ...)
-  if cmd == 'TIME' then return { fake_s, fake_us } end
-  return real_redis.call(cmd, ...)
-end }, { __index = real_redis })
+// fakeTimePrelude shadows the global redis with a table whose call answers TIME with the time
+// fakeTimeEpilogue takes off each run's last two arguments (seconds and microseconds), so that
+// tests drive the production code, as a function and as a script, with an exact clock. A
+// function library loads with a reduced redis (no call, no setmetatable): the table is filled
+// from the full one when a run starts.
+const fakeTimePrelude = `local fake_s, fake_us
+local redis = { register_function = redis.register_function }
 `
 
-var fakeTimeScript = redis.NewScript(fakeTimePrelude + scriptSource)
+// fakeTimeEpilogue takes the time off every run's arguments.
+const fakeTimeEpilogue = `
+local real_run = run
+run = function(keys, argv)
+  fake_us = table.remove(argv)
+  fake_s = table.remove(argv)
+  local real = _G.redis -- the API of a run, not the one a library loads with
+  redis.error_reply = real.error_reply
+  redis.call = function(cmd, ...)
+    if cmd == 'TIME' then return { fake_s, fake_us } end
+    return real.call(cmd, ...)
+  end
+  return real_run(keys, argv)
+end
+`
+
+var fakeTimeLibrary = newLibrary(fakeTimePrelude, luaSource, fakeTimeEpilogue)
 
 // newFakeTimeRedis is a Redis store whose script reads the time from now instead of TIME.
 func newFakeTimeRedis(c redis.UniversalClient, opts RedisOptions, now func() time.Time) *Redis {
 	s := NewRedis(c, opts)
-	s.script, s.now = fakeTimeScript, now
+	s.lib, s.now = fakeTimeLibrary, now
 	return s
 }
 

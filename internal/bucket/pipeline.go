@@ -93,7 +93,8 @@ func (b *batcher) flush() {
 	}
 }
 
-// scriptRun is one EVALSHA of a batch: the calls of one tag, their keys and arguments in order.
+// scriptRun is one FCALL (or EVALSHA) of a batch: the calls of one tag, their keys and arguments
+// in order.
 type scriptRun struct {
 	calls []*call
 	keys  []string
@@ -101,9 +102,9 @@ type scriptRun struct {
 	cmd   *redis.Cmd
 }
 
-// exec sends one batch as a pipeline of EVALSHA, one per tag, then EVAL for the runs that met a
-// server without the script (after a restart, a failover or SCRIPT FLUSH): NOSCRIPT means that
-// run did not happen, so running it again cannot apply it twice.
+// exec sends one batch as a pipeline of FCALL (or EVALSHA, see library), one per tag, then EVAL
+// for the runs the server refused (a function or a script it lacks after a restart, a failover or
+// a flush): a refused run did not happen, so running it again cannot apply it twice.
 func (b *batcher) exec(batch []*call) {
 	var deadline time.Time
 	unbounded := false
@@ -144,20 +145,32 @@ func (b *batcher) exec(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	s := b.store
+	s, l := b.store, b.store.lib
 	pipe := s.client.Pipeline()
+	functions := l.functions()
 	for _, r := range runs {
-		r.cmd = s.script.EvalSha(ctx, pipe, r.keys, s.withClock(r.args)...)
+		if functions {
+			r.cmd = pipe.FCall(ctx, l.name, r.keys, s.withClock(r.args)...)
+		} else {
+			r.cmd = l.script.EvalSha(ctx, pipe, r.keys, s.withClock(r.args)...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	retry := false
 	for _, r := range runs {
-		if err := r.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			if !retry {
-				pipe, retry = s.client.Pipeline(), true
-			}
-			r.cmd = s.script.Eval(ctx, pipe, r.keys, s.withClock(r.args)...)
+		err := r.cmd.Err()
+		if err == nil {
+			continue
 		}
+		if functions && needsScript(err) {
+			l.refused(ctx, s.client, err)
+		} else if functions || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			continue
+		}
+		if !retry {
+			pipe, retry = s.client.Pipeline(), true
+		}
+		r.cmd = l.script.Eval(ctx, pipe, r.keys, s.withClock(r.args)...)
 	}
 	if retry {
 		_, _ = pipe.Exec(ctx)

@@ -39,53 +39,73 @@ func TestConformancePipelined(t *testing.T) {
 	}
 }
 
-// TestPipelineCoalescesAndReloads sends concurrent decisions after the server lost its script
-// cache: every decision is applied exactly once (NOSCRIPT calls did not run, EVAL runs them).
+// TestPipelineCoalescesAndReloads sends concurrent decisions while the server keeps losing its
+// functions and scripts, with the function library and with the script alone: every decision is
+// applied exactly once (a refused FCALL or EVALSHA did not run; EVAL runs it, and the library is
+// loaded again).
 func TestPipelineCoalescesAndReloads(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	srv := redistest.StartServer(t)
-	c := srv.Client()
-	s := NewRedis(c, RedisOptions{Prefix: uniquePrefix(), MaxBatch: 16, MaxInFlight: 1})
-	const workers, rounds = 32, 20
-	for round := range rounds {
-		if round%5 == 0 {
-			srv.Do(ctx, "SCRIPT", "FLUSH")
-		}
-		var wg sync.WaitGroup
-		errs := make(chan error, workers)
-		for range workers {
-			wg.Go(func() {
-				res, err := s.Take(ctx, &Request{Tag: "p", Buckets: []Spec{{Name: "n", Algorithm: Quota, Calendar: Month, Limit: 1e9, Cost: 1}}})
-				if err == nil && res.Outcome != Allowed {
-					t.Errorf("take: %+v", res)
+	for _, scripts := range []bool{false, true} {
+		name := map[bool]string{false: "function", true: "script"}[scripts]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := redistest.StartServer(t)
+			c := srv.Client()
+			s := NewRedis(c, RedisOptions{Prefix: uniquePrefix(), MaxBatch: 16, MaxInFlight: 1})
+			s.lib = newLibrary("", luaSource, "")
+			s.lib.scriptsOnly.Store(scripts)
+			const workers, rounds = 32, 20
+			for round := range rounds {
+				if round%5 == 0 {
+					srv.Do(ctx, "SCRIPT", "FLUSH")
+					srv.Do(ctx, "FUNCTION", "FLUSH")
 				}
-				errs <- err
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+				var wg sync.WaitGroup
+				errs := make(chan error, workers)
+				for range workers {
+					wg.Go(func() {
+						res, err := s.Take(ctx, &Request{Tag: "p", Buckets: []Spec{{Name: "n", Algorithm: Quota, Calendar: Month, Limit: 1e9, Cost: 1}}})
+						if err == nil && res.Outcome != Allowed {
+							t.Errorf("take: %+v", res)
+						}
+						errs <- err
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// The quota's level counts every applied decision exactly once.
+			res, err := s.Take(ctx, &Request{Tag: "p", Buckets: []Spec{{Name: "n", Algorithm: Quota, Calendar: Month, Limit: 1e9, Cost: 0}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-		}
-	}
-	// The quota's level counts every applied decision exactly once.
-	res, err := s.Take(ctx, &Request{Tag: "p", Buckets: []Spec{{Name: "n", Algorithm: Quota, Calendar: Month, Limit: 1e9, Cost: 0}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if used := 1e9 - res.Buckets[0].Remaining; used != workers*rounds {
-		t.Errorf("%d decisions applied, want %d", used, workers*rounds)
-	}
-	runs, err := redisstats.Calls(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("evalsha %d, eval %d for %d decisions", runs["evalsha"], runs["eval"], workers*rounds+1)
-	if runs["eval"] == 0 {
-		t.Error("no EVAL: the NOSCRIPT path was not exercised")
+			if used := 1e9 - res.Buckets[0].Remaining; used != workers*rounds {
+				t.Errorf("%d decisions applied, want %d", used, workers*rounds)
+			}
+			runs, err := redisstats.Calls(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("fcall %d, function|load %d, evalsha %d, eval %d for %d decisions", runs["fcall"], runs["function|load"], runs["evalsha"], runs["eval"], workers*rounds+1)
+			if runs["eval"] == 0 {
+				t.Error("no EVAL: the reload path was not exercised")
+			}
+			if scripts && runs["fcall"] != 0 {
+				t.Errorf("%d FCALL with scripts only", runs["fcall"])
+			}
+			if !scripts && (runs["fcall"] == 0 || runs["function|load"] < 4) {
+				t.Errorf("%d FCALL, %d FUNCTION LOAD: the library was not called, or not loaded again after each flush", runs["fcall"], runs["function|load"])
+			}
+			if s.lib.scriptsOnly.Load() != scripts {
+				t.Errorf("scripts only %v, want %v", !scripts, scripts)
+			}
+		})
 	}
 }
 
@@ -107,9 +127,9 @@ func TestPipelineCanceled(t *testing.T) {
 	}
 }
 
-// TestScriptDecidesCallsApart runs one script run of three calls by hand: a call whose key has
-// another type fails alone, the calls around it are decided and applied, and arguments that do not
-// account for the keys fail the whole run.
+// TestScriptDecidesCallsApart runs one run of three calls by hand, as the function and as the
+// script: a call whose key has another type fails alone, the calls around it are decided and
+// applied, and arguments that do not account for the keys fail the whole run.
 func TestScriptDecidesCallsApart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -126,37 +146,50 @@ func TestScriptDecidesCallsApart(t *testing.T) {
 	if err := c.Set(ctx, key(sw), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	v, err := script.Run(ctx, c, []string{key(tb), key(sw), key(day)}, arg(tb), arg(sw), arg(day)).Result()
-	if err != nil {
-		t.Fatalf("run: %v", err)
+	if err := c.FunctionLoad(ctx, lib.code).Err(); err != nil {
+		t.Fatal(err)
 	}
-	replies, ok := v.([]any)
-	if !ok || len(replies) != 3 {
-		t.Fatalf("reply %#v, want 3 replies", v)
-	}
-	if _, err := callReply(replies[1]); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Errorf("the call on a string key: %v, want its WRONGTYPE error", err)
-	}
-	for i, want := range map[int]int64{0: 900, 2: 993} {
-		r, err := callReply(replies[i])
+	// The function, then the script: each run leaves 100 fewer tokens and 7 fewer in the quota.
+	for i, form := range []struct {
+		name string
+		run  func(keys []string, args ...any) *redis.Cmd
+	}{
+		{"function", func(keys []string, args ...any) *redis.Cmd { return c.FCall(ctx, lib.name, keys, args...) }},
+		{"script", func(keys []string, args ...any) *redis.Cmd { return lib.script.Run(ctx, c, keys, args...) }},
+	} {
+		v, err := form.run([]string{key(tb), key(sw), key(day)}, arg(tb), arg(sw), arg(day)).Result()
 		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
+			t.Fatalf("%s: run: %v", form.name, err)
 		}
-		if res, err := parseTake(r, 1); err != nil || res.Outcome != Allowed || res.Buckets[0].Remaining != want {
-			t.Errorf("call %d: %+v, %v; want allowed with %d left", i, res, err, want)
+		replies, ok := v.([]any)
+		if !ok || len(replies) != 3 {
+			t.Fatalf("%s: reply %#v, want 3 replies", form.name, v)
 		}
-	}
-	if got := remaining(t, s, "p", with(day, 0)); got != 993 {
-		t.Errorf("the quota after the run: %d left, want 993", got)
-	}
+		if _, err := callReply(replies[1]); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("%s: the call on a string key: %v, want its WRONGTYPE error", form.name, err)
+		}
+		tokens, used := int64(900-100*i), int64(993-7*i)
+		for c, want := range map[int]int64{0: tokens, 2: used} {
+			r, err := callReply(replies[c])
+			if err != nil {
+				t.Fatalf("%s: call %d: %v", form.name, c, err)
+			}
+			if res, err := parseTake(r, 1); err != nil || res.Outcome != Allowed || res.Buckets[0].Remaining != want {
+				t.Errorf("%s: call %d: %+v, %v; want allowed with %d left", form.name, c, res, err, want)
+			}
+		}
+		if got := remaining(t, s, "p", with(day, 0)); got != used {
+			t.Errorf("%s: the quota after the run: %d left, want %d", form.name, got, used)
+		}
 
-	// Two calls of one bucket each, three keys: no call can be told its keys.
-	err = script.Run(ctx, c, []string{key(tb), key(day), key(tb)}, arg(tb), arg(day)).Err()
-	if err == nil || !strings.Contains(err.Error(), "the calls name 2 keys, got 3") {
-		t.Errorf("mismatched keys: %v, want the whole run refused", err)
-	}
-	if got := remaining(t, s, "p", with(tb, 0)); got != 900 {
-		t.Errorf("the refused run applied something: %d left, want 900", got)
+		// Two calls of one bucket each, three keys: no call can be told its keys.
+		err = form.run([]string{key(tb), key(day), key(tb)}, arg(tb), arg(day)).Err()
+		if err == nil || !strings.Contains(err.Error(), "the calls name 2 keys, got 3") {
+			t.Errorf("%s: mismatched keys: %v, want the whole run refused", form.name, err)
+		}
+		if got := remaining(t, s, "p", with(tb, 0)); got != tokens {
+			t.Errorf("%s: the refused run applied something: %d left, want %d", form.name, got, tokens)
+		}
 	}
 }
 
@@ -208,7 +241,7 @@ func TestPipelineRunsPerTag(t *testing.T) {
 	}
 }
 
-// countRuns is the number of EVALSHA and EVAL every node of c has run.
+// countRuns is the number of FCALL, EVALSHA and EVAL every node of c has run.
 func countRuns(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
 	var mu sync.Mutex
@@ -216,7 +249,7 @@ func countRuns(t *testing.T, c redis.UniversalClient) int64 {
 	count := func(ctx context.Context, n *redis.Client) error {
 		calls, err := redisstats.Calls(ctx, n)
 		mu.Lock()
-		total += calls["evalsha"] + calls["eval"]
+		total += calls["fcall"] + calls["evalsha"] + calls["eval"]
 		mu.Unlock()
 		return err
 	}

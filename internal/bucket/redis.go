@@ -13,10 +13,10 @@ import (
 )
 
 //go:embed bucket.lua
-var scriptSource string
+var luaSource string
 
-// script is shared by every Redis store: go-redis computes its SHA-1 once.
-var script = redis.NewScript(scriptSource)
+// lib is shared by every Redis store: its forms and hashes are computed once.
+var lib = newLibrary("", luaSource, "")
 
 // RedisOptions configures a Redis store.
 type RedisOptions struct {
@@ -24,7 +24,7 @@ type RedisOptions struct {
 	// server. Braces are escaped: the hash tag is always the request's Tag.
 	Prefix string
 	// MaxBatch, when positive, coalesces the script calls of concurrent decisions into Redis
-	// pipelines of at most MaxBatch calls, one EVALSHA per tag deciding that tag's calls one
+	// pipelines of at most MaxBatch calls, one FCALL per tag deciding that tag's calls one
 	// after the other: fewer syscalls and script runs on both sides under load, each decision
 	// still atomic and decided on its own. Zero sends each call on its own.
 	MaxBatch int
@@ -34,13 +34,13 @@ type RedisOptions struct {
 }
 
 // Redis keeps buckets in Redis (a single node, a Sentinel-managed master or a Redis Cluster) and
-// decides with one EVALSHA of bucket.lua per call, or per tag of a batch (RedisOptions.MaxBatch).
+// decides with one FCALL of bucket.lua per call, or per tag of a batch (RedisOptions.MaxBatch).
 // It is safe for concurrent use by any number of goroutines and processes: the script is atomic
 // on the server.
 type Redis struct {
 	client redis.UniversalClient
 	prefix string
-	script *redis.Script
+	lib    *library
 	// now, when set, replaces the server's TIME inside the script; tests only (see redis_test.go).
 	now func() time.Time
 	// batch, when set, coalesces concurrent calls into pipelines (RedisOptions.MaxBatch).
@@ -49,7 +49,7 @@ type Redis struct {
 
 // NewRedis returns a store on client. The client is the caller's to close.
 func NewRedis(client redis.UniversalClient, opts RedisOptions) *Redis {
-	s := &Redis{client: client, prefix: cleanPrefix(opts.Prefix), script: script}
+	s := &Redis{client: client, prefix: cleanPrefix(opts.Prefix), lib: lib}
 	if opts.MaxBatch > 0 {
 		if opts.MaxInFlight <= 0 {
 			opts.MaxInFlight = 2
@@ -174,13 +174,13 @@ func (s *Redis) keys(tag string, n int, spec func(int) *Spec) []string {
 }
 
 // run executes one call (keys and argument) of the script: alone, in a run of its own, or with
-// MaxBatch coalesced with the concurrent calls of its tag. EVALSHA, and EVAL when the server lost
-// its script cache (restart, failover, SCRIPT FLUSH), which loads it again.
+// MaxBatch coalesced with the concurrent calls of its tag: FCALL, or the script where the function
+// cannot run (library).
 func (s *Redis) run(ctx context.Context, tag string, keys []string, argv []byte) (any, error) {
 	if s.batch != nil {
 		return s.batch.do(ctx, tag, keys, string(argv))
 	}
-	replies, err := splitReplies(s.script.Run(ctx, s.client, keys, s.withClock([]any{string(argv)})...).Result())
+	replies, err := splitReplies(s.lib.run(ctx, s.client, keys, s.withClock([]any{string(argv)})))
 	if err != nil {
 		return nil, err
 	}

@@ -399,14 +399,14 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestRedisOneRoundTrip checks that a decision is one EVALSHA, whatever its number of buckets.
+// TestRedisOneRoundTrip checks that a decision is one FCALL, whatever its number of buckets.
 func TestRedisOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
 	c := srv.Client()
 	s := NewRedis(c, RedisOptions{Prefix: "rt:"})
-	take(t, s, req(benchSpecs(1)...)) // loads the script (EVALSHA, then EVAL)
+	take(t, s, req(benchSpecs(1)...)) // loads the library (FCALL, FUNCTION LOAD, then EVAL)
 	srv.Do(ctx, "CONFIG", "RESETSTAT")
 	for range 10 {
 		take(t, s, &Request{Tag: "openai", Buckets: benchSpecs(4)})
@@ -418,11 +418,77 @@ func TestRedisOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, n := range calls {
-		if name != "evalsha" && name != "info" && name != "config|resetstat" && !inScript[name] {
+		if name != "fcall" && name != "info" && name != "config|resetstat" && !inScript[name] {
 			t.Errorf("a decision ran %s: %d calls", name, n)
 		}
 	}
-	if calls["evalsha"] != 10 {
-		t.Fatalf("10 decisions of 4 buckets: %d EVALSHA, want 10", calls["evalsha"])
+	if calls["fcall"] != 10 {
+		t.Fatalf("10 decisions of 4 buckets: %d FCALL, want 10", calls["fcall"])
+	}
+}
+
+// TestFakeTimeLibrary checks that the tests' clock works in the function library, not only in
+// the script: the conformance suite then runs the code as FCALL runs it.
+func TestFakeTimeLibrary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	c := srv.Client()
+	clk := newClock(t0)
+	s := newFakeTimeRedis(c, RedisOptions{Prefix: "ft:"}, clk.Now)
+	tb := tokenBucket("tpm", 6000, time.Minute, 600) // 100 a second
+	take(t, s, req(tb))                              // loads the library
+	before, err := redisstats.Calls(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(3 * time.Second)
+	if res := take(t, s, req(tb)); res.Buckets[0].Remaining != 5100 {
+		t.Errorf("3 s after a take of 600: %d left, want 5100 (the fake clock's refill)", res.Buckets[0].Remaining)
+	}
+	after, err := redisstats.Calls(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after["fcall"] - before["fcall"]; n != 1 || s.lib.scriptsOnly.Load() {
+		t.Errorf("%d FCALL, scripts only %v: the fake-time library did not run as a function", n, s.lib.scriptsOnly.Load())
+	}
+}
+
+// TestRedisWithoutFunctions checks the script fallback where the function cannot run: a server
+// without FCALL (as before Redis 7; here the command is renamed away) and an ACL user denied
+// FUNCTION. Decisions are made all the same, the store stops trying FCALL, and each decision is
+// applied once.
+func TestRedisWithoutFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	noFCall := redistest.StartServer(t, redistest.WithArgs("--rename-command", "FCALL", ""))
+	acl := redistest.StartServer(t)
+	if err := acl.Client().Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-function").Err(); err != nil {
+		t.Fatal(err)
+	}
+	limited := redis.NewClient(&redis.Options{Addr: acl.Addr(), Username: "limited", Password: "pw"})
+	t.Cleanup(func() { _ = limited.Close() })
+	for name, c := range map[string]redis.UniversalClient{"no FCALL": noFCall.Client(), "ACL denies": limited} {
+		t.Run(name, func(t *testing.T) {
+			s := NewRedis(c, RedisOptions{Prefix: uniquePrefix()})
+			s.lib = newLibrary("", luaSource, "")
+			day := quota("day", 1000, Day, 10)
+			for i := range 3 {
+				if res := take(t, s, req(day)); res.Outcome != Allowed || res.Buckets[0].Remaining != int64(990-10*i) {
+					t.Fatalf("take %d: %+v", i, res)
+				}
+			}
+			if !s.lib.scriptsOnly.Load() {
+				t.Error("the store still tries FCALL")
+			}
+			calls, err := redisstats.Calls(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls["fcall"] > 1 || calls["evalsha"] != 3 {
+				t.Errorf("3 decisions: %d FCALL, %d EVALSHA, want at most the first FCALL and 3 EVALSHA", calls["fcall"], calls["evalsha"])
+			}
+		})
 	}
 }
