@@ -30,7 +30,16 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*call
 	inFlight int
+
+	// wake hands new work to a flusher parked after its last batch (unbuffered: a send succeeds
+	// only while one waits). A flusher lingers a moment before it exits, so that a busy store
+	// keeps its flushers and their grown stacks instead of starting a goroutine, and growing its
+	// stack through go-redis's read path again, every few batches.
+	wake chan struct{}
 }
+
+// flusherLinger is how long an idle flusher waits for work before its goroutine exits.
+const flusherLinger = 50 * time.Millisecond
 
 // call is one queued script call and, once done is closed, its reply.
 type call struct {
@@ -59,7 +68,11 @@ func (b *batcher) do(ctx context.Context, tag string, keys []string, arg string)
 	}
 	b.mu.Unlock()
 	if start {
-		go b.flush()
+		select {
+		case b.wake <- struct{}{}: // a parked flusher takes the slot counted above
+		default:
+			go b.flush()
+		}
 	}
 	select {
 	case <-c.done:
@@ -73,23 +86,36 @@ func (b *batcher) do(ctx context.Context, tag string, keys []string, arg string)
 	}
 }
 
-// flush sends queued calls until the queue is empty.
+// flush sends queued calls until the queue is empty, then parks for flusherLinger: woken (do
+// counted it in flight again), it sends again; else it exits.
 func (b *batcher) flush() {
 	var batch []*call
+	var linger *time.Timer
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.maxBatch)
-		if n == 0 {
-			b.inFlight--
+		if n > 0 {
+			batch = append(batch[:0], b.queue[:n]...)
+			rest := copy(b.queue, b.queue[n:])
+			clear(b.queue[rest:])
+			b.queue = b.queue[:rest]
 			b.mu.Unlock()
+			b.exec(batch)
+			continue
+		}
+		b.inFlight--
+		b.mu.Unlock()
+		clear(batch) // the calls belong to their callers again
+		if linger == nil {
+			linger = time.NewTimer(flusherLinger)
+		} else {
+			linger.Reset(flusherLinger)
+		}
+		select {
+		case <-b.wake:
+		case <-linger.C:
 			return
 		}
-		batch = append(batch[:0], b.queue[:n]...)
-		rest := copy(b.queue, b.queue[n:])
-		clear(b.queue[rest:])
-		b.queue = b.queue[:rest]
-		b.mu.Unlock()
-		b.exec(batch)
 	}
 }
 

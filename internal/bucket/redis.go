@@ -54,7 +54,7 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) *Redis {
 		if opts.MaxInFlight <= 0 {
 			opts.MaxInFlight = 2
 		}
-		s.batch = &batcher{store: s, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight}
+		s.batch = &batcher{store: s, maxBatch: opts.MaxBatch, maxInFlight: opts.MaxInFlight, wake: make(chan struct{})}
 	}
 	return s
 }
