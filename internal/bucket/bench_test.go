@@ -3,7 +3,9 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,5 +167,76 @@ func BenchmarkKeys(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = s.keys("openai", len(specs), func(i int) *Spec { return &specs[i] })
+	}
+}
+
+// BenchmarkScriptRuns sends runs of 6 takes of 2 token buckets each (100 tenants in a fixed
+// order), one run per op, as the function (FCALL) and as the script (EVALSHA): the work of
+// bucket.lua alone, without the batcher. decisions/s and redis-us/op are per decision. With
+// SCRIPT_COST_ADDR set it drives that server instead of starting one: scripts/script-cost.sh
+// runs it against redis-server under callgrind, whose instruction counts, unlike times, repeat
+// exactly on a busy machine.
+func BenchmarkScriptRuns(b *testing.B) {
+	var c *redis.Client
+	if addr := os.Getenv("SCRIPT_COST_ADDR"); addr != "" {
+		c = redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	} else {
+		c = redistest.StartServer(b).Client()
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if err := c.FunctionLoad(ctx, lib.code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		b.Fatal(err)
+	}
+	s := NewRedis(c, RedisOptions{Prefix: "cost:"})
+	const calls = 6
+	// Every run's keys and arguments, built before timing: tenants 7 apart, 100 of them.
+	type run struct {
+		keys []string
+		args []any
+	}
+	var runs [100]run
+	for r := range runs {
+		for i := range calls {
+			name := fmt.Sprintf("t-%03d", (r*calls+i)*7%100)
+			specs := []Spec{
+				{Name: name + ":tpm", Limit: 1e12, Period: time.Minute, Cost: 300},
+				{Name: name + ":rpm", Limit: 1e12, Period: time.Minute, Cost: 1},
+			}
+			runs[r].keys = append(runs[r].keys, s.keys("openai", 2, func(i int) *Spec { return &specs[i] })...)
+			a := appendHeader(nil, 'T', 0, "")
+			for j := range specs {
+				a = appendParams(a, paramsOf(&specs[j], specs[j].Cost))
+			}
+			runs[r].args = append(runs[r].args, string(a))
+		}
+	}
+	for _, form := range []struct {
+		name string
+		call func(r *run) *redis.Cmd
+	}{
+		{"function", func(r *run) *redis.Cmd { return c.FCall(ctx, lib.name, r.keys, r.args...) }},
+		{"script", func(r *run) *redis.Cmd { return lib.script.Run(ctx, c, r.keys, r.args...) }},
+	} {
+		b.Run(form.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := startRedisCPU(b, c)
+			i := 0
+			for b.Loop() {
+				v, err := form.call(&runs[i%len(runs)]).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, x := range v.([]any) {
+					if res, err := parseTake(x, 2); err != nil || res.Outcome != Allowed {
+						b.Fatalf("take: %+v, %v", res, err)
+					}
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.N*calls)/b.Elapsed().Seconds(), "decisions/s")
+			used := readRedisCPU(b, c) - cpu.start
+			b.ReportMetric(float64(used.Microseconds())/float64(b.N*calls), "redis-us/decision")
+		})
 	}
 }
