@@ -67,7 +67,9 @@
 -- thousands of instructions and each redis.call, struct call or global lookup hundreds. So one
 -- MGET reads the string-stored buckets of the whole run; the buckets of the call being decided
 -- live in arrays by position that every call reuses, not in a table each; a take's reply is one
--- struct.pack; the libraries are locals (docs/performance.md has the counts).
+-- struct.pack; the libraries are locals. Loaded as a function library (library.go), the top level
+-- below (the helpers and those arrays) runs once, when the library loads; as a script, on every
+-- run. scripts/script-cost.sh counts the instructions (docs/performance.md has the figures).
 
 local SLOTS = 10        -- sub-windows per sliding window
 local MARGIN_MS = 1000  -- expiry margin
