@@ -144,7 +144,7 @@ local CNT, FIRST, LAST, MINE = {}, {}, {}, {} -- concurrency: live leases, earli
 -- FRESH, the value a call of this run wrote since (false: deleted), which later calls read first.
 local RAW, FRESH
 
--- A string-stored bucket's two numbers, or nil when it is missing or not written by this script.
+-- A quota's two numbers, or nil when it is missing or not written by this script.
 local function load16(key, k)
   local raw = FRESH[key]
   if raw == nil then raw = RAW[k] end
@@ -152,14 +152,10 @@ local function load16(key, k)
   return nil
 end
 
--- Time until bucket i is full (empty of admissions).
+-- Time until bucket i is full (empty of admissions); a token bucket's is inline in call and store.
 local function reset_of(i)
   local alg = ALG[i]
-  if alg == 't' then
-    local level, cap = LEVEL[i], CAP[i]
-    if level >= cap then return 0 end
-    return ceil((cap - level) * PERIOD[i] / LIMIT[i])
-  elseif alg == 'c' then
+  if alg == 'c' then
     if LAST[i] == nil then return 0 end
     return LAST[i] - now
   elseif alg == 's' then
@@ -170,10 +166,9 @@ local function reset_of(i)
   return period_start(alg, PIDX[i] + 1) - now
 end
 
--- The level of bucket i to report, rounded down.
+-- The level of bucket i to report, rounded down; a token bucket's is inline in call.
 local function remaining_of(i)
   local alg = ALG[i]
-  if alg == 't' then return floor(LEVEL[i] + CAP[i] * EPS) end
   if alg == 'c' then return CAP[i] - CNT[i] end
   if alg == 's' then return CAP[i] - SUM[i] end
   return CAP[i] - USED[i]
@@ -283,20 +278,11 @@ end
 
 local function by_index(p, q) return p[1] < q[1] end
 
--- Load bucket i, KEYS[k], as of now, without writing.
+-- Load bucket i, KEYS[k], as of now, without writing; false for an unknown algorithm. Token
+-- buckets, the common case, are loaded inline in call.
 local function load(i, k, alg, lease)
   local key = KEY[i]
-  if alg == 't' then
-    local level, ts = load16(key, k)
-    local cap = CAP[i]
-    if level == nil then
-      level, ts = cap, now
-    elseif now > ts then
-      level, ts = level + (now - ts) * LIMIT[i] / PERIOD[i], now
-    end
-    if level > cap then level = cap end
-    LEVEL[i], TS[i] = level, ts
-  elseif alg == 's' then
+  if alg == 's' then
     local w = ceil(PERIOD[i] / SLOTS)
     local oldest = floor(now / w) - SLOTS
     local subs, stale, sum = {}, {}, 0
