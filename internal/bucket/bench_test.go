@@ -199,16 +199,12 @@ func BenchmarkScriptRuns(b *testing.B) {
 	for r := range runs {
 		for i := range calls {
 			name := fmt.Sprintf("t-%03d", (r*calls+i)*7%100)
-			specs := []Spec{
+			req := &Request{Tag: "openai", Buckets: []Spec{
 				{Name: name + ":tpm", Limit: 1e12, Period: time.Minute, Cost: 300},
 				{Name: name + ":rpm", Limit: 1e12, Period: time.Minute, Cost: 1},
-			}
-			runs[r].keys = append(runs[r].keys, s.keys("openai", 2, func(i int) *Spec { return &specs[i] })...)
-			a := appendHeader(nil, 'T', 0, "")
-			for j := range specs {
-				a = appendParams(a, paramsOf(&specs[j], specs[j].Cost))
-			}
-			runs[r].args = append(runs[r].args, string(a))
+			}}
+			runs[r].keys = append(runs[r].keys, s.keys(req.Tag, 2, func(i int) *Spec { return &req.Buckets[i] })...)
+			runs[r].args = append(runs[r].args, string(appendTake(nil, req)))
 		}
 	}
 	for _, form := range []struct {

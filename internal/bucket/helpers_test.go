@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
 // store is what the conformance suite exercises: Memory and Redis.
@@ -56,6 +58,15 @@ func newFakeTimeRedis(c redis.UniversalClient, opts RedisOptions, now func() tim
 	s := NewRedis(c, opts)
 	s.lib, s.now = fakeTimeLibrary, now
 	return s
+}
+
+// fakeTimeServer starts a redis-server for t and a store on it, under prefix, whose script reads
+// the time from the returned clock (set to t0).
+func fakeTimeServer(t *testing.T, prefix string) (*Redis, *redis.Client, *clock) {
+	t.Helper()
+	c := redistest.StartServer(t).Client()
+	clk := newClock(t0)
+	return newFakeTimeRedis(c, RedisOptions{Prefix: prefix}, clk.Now), c, clk
 }
 
 // clock is a manual clock, safe for concurrent use.

@@ -193,10 +193,12 @@ func (b *batcher) exec(batch []*call) {
 		if err == nil {
 			continue
 		}
-		if functions && needsScript(err) {
+		switch {
+		case functions && needsScript(err):
 			l.refused(ctx, s.client, err)
-		} else if functions || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			continue
+		case !functions && strings.HasPrefix(err.Error(), "NOSCRIPT"):
+		default:
+			continue // the run's own error, or its replies
 		}
 		if !retry {
 			pipe, retry = s.client.Pipeline(), true

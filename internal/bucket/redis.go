@@ -80,12 +80,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 	keys := s.keys(req.Tag, n, func(i int) *Spec { return &req.Buckets[i] })
 
 	var buf [512]byte
-	a := appendHeader(buf[:0], 'T', req.MaxWait, req.Lease)
-	for i := range req.Buckets {
-		b := &req.Buckets[i]
-		a = appendParams(a, paramsOf(b, b.Cost))
-	}
-	v, err := s.run(ctx, req.Tag, keys, a)
+	v, err := s.run(ctx, req.Tag, keys, appendTake(buf[:0], req))
 	if err != nil {
 		return Result{}, err
 	}
@@ -135,6 +130,17 @@ func (s *Redis) runCount(ctx context.Context, op, tag string, keys []string, arg
 		return fmt.Errorf("%w: %s returned %v (%T), want %d", ErrReply, op, v, v, len(keys))
 	}
 	return nil
+}
+
+// appendTake appends the script argument of a take of req: its header, then every bucket with
+// its cost.
+func appendTake(a []byte, req *Request) []byte {
+	a = appendHeader(a, 'T', req.MaxWait, req.Lease)
+	for i := range req.Buckets {
+		b := &req.Buckets[i]
+		a = appendParams(a, paramsOf(b, b.Cost))
+	}
+	return a
 }
 
 // appendHeader appends the call's header in the script's format (struct '<c1ddc0'): the

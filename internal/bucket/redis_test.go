@@ -120,10 +120,7 @@ func TestRedisScriptCacheLoss(t *testing.T) {
 func TestRedisStorage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.StartServer(t)
-	c := srv.Client()
-	clk := newClock(t0)
-	s := newFakeTimeRedis(c, RedisOptions{Prefix: "rl:"}, clk.Now)
+	s, c, clk := fakeTimeServer(t, "rl:")
 	key := func(spec Spec) string {
 		return s.keys("openai", 1, func(int) *Spec { return &spec })[0]
 	}
@@ -267,10 +264,7 @@ func TestRedisForeignValue(t *testing.T) {
 func TestRedisEarlierValue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.StartServer(t)
-	c := srv.Client()
-	clk := newClock(t0)
-	s := newFakeTimeRedis(c, RedisOptions{Prefix: "ev:"}, clk.Now)
+	s, c, clk := fakeTimeServer(t, "ev:")
 	tb := tokenBucket("tpm", 6000, time.Minute, 100) // 100 a second
 	key := s.keys("p", 1, func(int) *Spec { return &tb })[0]
 	var v []byte
@@ -432,10 +426,7 @@ func TestRedisOneRoundTrip(t *testing.T) {
 func TestFakeTimeLibrary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.StartServer(t)
-	c := srv.Client()
-	clk := newClock(t0)
-	s := newFakeTimeRedis(c, RedisOptions{Prefix: "ft:"}, clk.Now)
+	s, c, clk := fakeTimeServer(t, "ft:")
 	tb := tokenBucket("tpm", 6000, time.Minute, 600) // 100 a second
 	take(t, s, req(tb))                              // loads the library
 	before, err := redisstats.Calls(ctx, c)
