@@ -79,6 +79,12 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	var sc *scratch
 	for i := 0; i < len(text); {
 		end := split(ct, text, i)
+		// Most pieces of prose are short words that are one token each: looked up in place.
+		if n := end - i; n <= 8 && i+8 <= len(text) && v.short(text, i, n) {
+			total++
+			i = end
+			continue
+		}
 		piece := text[i:end]
 		if len(piece) > smallPiece && sc == nil {
 			sc = e.pool.Get().(*scratch)

@@ -235,11 +235,17 @@ func TestASCIIWordFastPath(t *testing.T) {
 	ct := classes()
 	alphabet := []string{" ", " ", "a", "z", "e", "s", "t", "A", "Z", "H", "'", "'s", "'LL", "0", "7",
 		",", ".", "-", "_", "\n", "\r\n", "\t", "é", "É", "\u0301", "ǅ", "ſ", "中", "!?", "/"}
+	// Runs of letters long enough for asciiRun's 8-byte steps, ended by any of the above.
+	letters := []string{"abcdefgh", "wxyz", "qrstuvwxyzab", "ABCDEFGH", "QrStUvWxYz", "e", "Z"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var decided [2]int
-	for range 20000 {
+	for k := range 40000 {
 		var b []byte
 		for range 1 + rng.IntN(16) {
+			if k%2 == 1 && rng.IntN(2) == 0 {
+				b = append(b, letters[rng.IntN(len(letters))]...)
+				continue
+			}
 			b = append(b, alphabet[rng.IntN(len(alphabet))]...)
 		}
 		for i := range b {
@@ -257,7 +263,45 @@ func TestASCIIWordFastPath(t *testing.T) {
 			}
 		}
 	}
-	if decided[0] < 10000 || decided[1] < 10000 {
+	if decided[0] < 20000 || decided[1] < 20000 {
 		t.Fatalf("the fast paths decided only %v times: the test exercises too little", decided)
+	}
+}
+
+// TestShortLookup: the in-place lookup of a short piece agrees with rank, for every token of up
+// to 8 bytes and for strings that are not tokens, whatever bytes follow the piece.
+func TestShortLookup(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, name := range []string{CL100K, O200K} {
+		v := mustEncoding(t, name).vocab
+		check := func(piece []byte) {
+			text := append(append([]byte{}, piece...), "\xff\x00 the end of a text"[:rng.IntN(8)+8-len(piece)]...)
+			if got, want := v.short(text, 0, len(piece)), v.rank(piece) != noRank; got != want {
+				t.Fatalf("%s: short(%q) = %v, rank says %v", name, piece, got, want)
+			}
+		}
+		tokens := 0
+		for r := range len(v.off) - 1 {
+			if tok := v.arena[v.off[r]:v.off[r+1]]; len(tok) > 0 && len(tok) <= 8 {
+				check(tok)
+				tokens++
+				// The same token with its last byte changed is usually not one.
+				other := append([]byte{}, tok...)
+				other[len(other)-1] ^= byte(1 + rng.IntN(255))
+				check(other)
+			}
+		}
+		for range 100000 {
+			piece := make([]byte, 1+rng.IntN(8))
+			for i := range piece {
+				const bytes = " etaoinsr.TE\n\xe4\x80"
+				piece[i] = bytes[rng.IntN(len(bytes))]
+			}
+			check(piece)
+		}
+		if tokens < 50000 {
+			t.Fatalf("%s: only %d tokens of up to 8 bytes checked", name, tokens)
+		}
 	}
 }

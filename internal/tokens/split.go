@@ -1,6 +1,10 @@
 package tokens
 
-import "unicode/utf8"
+import (
+	"encoding/binary"
+	"math/bits"
+	"unicode/utf8"
+)
 
 // The split ("pre-tokenisation") patterns, reproduced by hand-written scanners. Each scanner
 // returns the end of the piece starting at t[i] (i < len(t)); the piece is always non-empty, so a
@@ -129,10 +133,7 @@ func asciiLetters(t []byte, i int) int {
 	if t[j] == ' ' {
 		j++
 	}
-	k := j
-	for k < len(t) && ('a' <= t[k] && t[k] <= 'z' || 'A' <= t[k] && t[k] <= 'Z') {
-		k++
-	}
+	k := asciiRun(t, j, letterByte)
 	if k == j || k < len(t) && t[k] >= 0x80 {
 		return -1
 	}
@@ -201,10 +202,7 @@ func asciiWord(t []byte, i int) int {
 	if j < len(t) && 'A' <= t[j] && t[j] <= 'Z' {
 		j++
 	}
-	k := j
-	for k < len(t) && 'a' <= t[k] && t[k] <= 'z' {
-		k++
-	}
+	k := asciiRun(t, j, lowerByte)
 	if k == j {
 		return -1
 	}
@@ -316,4 +314,34 @@ func splitO200KGeneral(ct *classTable, t []byte, i int) int {
 		return last
 	}
 	return end
+}
+
+// Byte classes of asciiRun.
+const (
+	lowerByte  = 0    // a-z
+	letterByte = 0x20 // a-z and A-Z: setting bit 5 maps A-Z, and no other byte, onto a-z
+)
+
+// asciiRun returns the end of the run of ASCII letters (fold == letterByte) or lower-case
+// letters (fold == lowerByte) starting at t[k]. It tests 8 bytes at a time: a word ends at an
+// unpredictable length, and one branch per word instead of one per letter is most of what the
+// fast paths above cost on English.
+func asciiRun(t []byte, k int, fold uint64) int {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	for k+8 <= len(t) {
+		x := binary.LittleEndian.Uint64(t[k:])
+		y := (x &^ high) | fold*ones // 7 bits of each byte, no carries between bytes below
+		// Bit 7 of each byte of y+0x1f.. is set when the byte is >= 'a' (0x61), of y+0x05..
+		// when it is > 'z' (0x7a); bytes with their own bit 7 set are not ASCII.
+		in := (y + 0x1f*ones) &^ (y + 0x05*ones) &^ x & high
+		n := bits.TrailingZeros64(^in&high) >> 3 // letters before the first other byte
+		k += n
+		if n < 8 {
+			return k
+		}
+	}
+	for k < len(t) && ('a' <= t[k]|byte(fold) && t[k]|byte(fold) <= 'z') {
+		k++
+	}
+	return k
 }

@@ -179,6 +179,32 @@ func (v *vocab) rank(b []byte) uint32 {
 	}
 }
 
+// short reports whether the n bytes at text[i:] (1 <= n <= 8, i+8 <= len(text)) are one token.
+// It is rank without its length switch, filters and copy: the piece's head is one load of 8
+// bytes, masked to its length.
+func (v *vocab) short(text []byte, i, n int) bool {
+	switch n {
+	case 1:
+		return true
+	case 2:
+		return v.pair[uint16(text[i])<<8|uint16(text[i+1])] != noRank
+	}
+	head := binary.LittleEndian.Uint64(text[i:]) & (^uint64(0) >> (64 - 8*n))
+	h := fmix(head ^ uint64(n)<<56 ^ keySeed)
+	for s := h & v.mask; ; s = (s + 1) & v.mask {
+		e := &v.slots[s]
+		if e.rank == 0 {
+			return false
+		}
+		if e.head == head && int(e.n) == n {
+			return true
+		}
+	}
+}
+
+// keySeed is keyOf's seed of the hash of a token of at most 8 bytes.
+const keySeed = 0x9E3779B97F4A7C15
+
 // keyOf returns the first 8 bytes of b packed little-endian (zero-padded) and b's hash.
 func keyOf(b []byte) (head, hash uint64) {
 	const m1, m2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9
@@ -201,7 +227,7 @@ func keyOf(b []byte) (head, hash uint64) {
 	} else {
 		head = loadTail(b)
 	}
-	return head, fmix(head ^ uint64(len(b))<<56 ^ m1)
+	return head, fmix(head ^ uint64(len(b))<<56 ^ keySeed)
 }
 
 // fmix is MurmurHash3's 64-bit finaliser: every input bit affects every output bit, so the
