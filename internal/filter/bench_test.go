@@ -138,6 +138,23 @@ func BenchmarkHotPath(b *testing.B) {
 			}
 		})
 	}
+	// A denial (429): what a tenant over its limit costs on every retry.
+	denied, err := proto.Marshal(benchRequest(b, 1<<10, "deny-2"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.f.CheckBytes(ctx, denied); err != nil { // spends the hour's one request
+		b.Fatal(err)
+	}
+	b.Run("deny/1KB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := e.f.CheckBytes(ctx, denied)
+			if err != nil || resp.GetDeniedResponse().GetStatus().GetCode() != 429 {
+				b.Fatalf("Check: %v %v", resp, err)
+			}
+		}
+	})
 	for _, tenant := range []string{"t-042", "deny-1"} {
 		name := "encode/allowed"
 		if tenant != "t-042" {
