@@ -188,6 +188,22 @@ func TestAppendResponse(t *testing.T) {
 		}
 		checkEncoding(t, resp)
 	}
+	// Lengths of one, two and three varint bytes at every level, and a negative code (ten).
+	for _, n := range []int{127, 128, 300, 16383, 16384, 70000} {
+		long := strings.Repeat("é", n/2) + strings.Repeat("x", n%2)
+		md, err := structpb.NewStruct(map[string]any{"long": long, long: []any{long, 1.5, true}, "n": float64(n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr := []*corev3.HeaderValueOption{header("x-long", long), header(long, "v")}
+		checkEncoding(t, &authv3.CheckResponse{Status: &rpcstatus.Status{Code: -1},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+				Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests}, Headers: hdr, Body: long}},
+			DynamicMetadata: md})
+		checkEncoding(t, &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(n)},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: hdr}},
+			DynamicMetadata: md})
+	}
 	unused := &authv3.CheckResponse{HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{HeadersToRemove: []string{"x"}}}}
 	if b, ok := AppendResponse([]byte("kept"), unused); ok || string(b) != "kept" {
 		t.Errorf("AppendResponse of an unused field: %q, %v; want the input and false", b, ok)
