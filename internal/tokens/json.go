@@ -3,6 +3,7 @@ package tokens
 import (
 	"encoding/binary"
 	"errors"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -186,9 +187,16 @@ func (p *parser) lit(i int, word string, kind jkind) (int, error) {
 func (p *parser) str(i int) (int, error) {
 	escaped := false
 	for j := i + 1; j < len(p.src); j++ {
-		// Skip 8 bytes at a time while none of them is a quote, a backslash or a control
-		// character: string contents are most of a chat body.
-		for j+8 <= len(p.src) && plain8(binary.LittleEndian.Uint64(p.src[j:])) {
+		// Skip 16 bytes at a time while none of them is a quote, a backslash or a control
+		// character (string contents are most of a chat body), then go to the first that is.
+		for j+16 <= len(p.src) && special8(binary.LittleEndian.Uint64(p.src[j:]))|special8(binary.LittleEndian.Uint64(p.src[j+8:])) == 0 {
+			j += 16
+		}
+		for j+8 <= len(p.src) {
+			if m := special8(binary.LittleEndian.Uint64(p.src[j:])); m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			j += 8
 		}
 		if j >= len(p.src) {
@@ -208,13 +216,15 @@ func (p *parser) str(i int) (int, error) {
 	return 0, errSyntax
 }
 
-// plain8 reports whether none of the 8 bytes of x is '"', '\\' or below 0x20 (bit tricks on
-// the whole word: a byte b is zero in x^c exactly when b == c, and "has a byte below n" is
-// (x - n*ones) & ^x & highs, exact for n <= 0x80).
-func plain8(x uint64) bool {
+// special8 returns a mask of the bytes of x (little-endian) that are '"', '\\' or below 0x20:
+// its lowest set bit is bit 7 of the first such byte, and it is zero when there is none. Bit
+// tricks on the whole word: a byte b is zero in x^c exactly when b == c, and "has a byte below
+// n" is (x - n*ones) & ^x & highs, exact for n <= 0x80; a borrow can only mark bytes after the
+// first marked one.
+func special8(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return zero(x^(ones*'"'))|zero(x^(ones*'\\'))|((x-ones*0x20) & ^x & highs) == 0
+	return zero(x^(ones*'"')) | zero(x^(ones*'\\')) | (x-ones*0x20) & ^x & highs
 }
 
 // get returns the value of key in object node obj (the last one if repeated, as Python's json
