@@ -202,12 +202,12 @@ func (v *vocab) short(text []byte, i, n int) bool {
 	}
 }
 
-// keySeed is keyOf's seed of the hash of a token of at most 8 bytes.
+// keySeed seeds the hashes of keyOf and short.
 const keySeed = 0x9E3779B97F4A7C15
 
 // keyOf returns the first 8 bytes of b packed little-endian (zero-padded) and b's hash.
 func keyOf(b []byte) (head, hash uint64) {
-	const m1, m2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9
+	const m1, m2 = keySeed, 0xBF58476D1CE4E5B9
 	if len(b) >= 8 {
 		head = binary.LittleEndian.Uint64(b)
 		if len(b) > 8 {
