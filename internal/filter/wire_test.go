@@ -201,7 +201,7 @@ func TestAppendResponse(t *testing.T) {
 				Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests}, Headers: hdr, Body: long}},
 			DynamicMetadata: md})
 		checkEncoding(t, &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(n)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: hdr}},
+			HttpResponse:    &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: hdr}},
 			DynamicMetadata: md})
 	}
 	unused := &authv3.CheckResponse{HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{HeadersToRemove: []string{"x"}}}}
