@@ -79,9 +79,14 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	var sc *scratch
 	for i := 0; i < len(text); {
 		end := split(ct, text, i)
-		// Most pieces of prose are short words that are one token each: looked up in place.
-		if n := end - i; n <= 8 && i+8 <= len(text) && v.short(text, i, n) {
-			total++
+		// Most pieces of prose are short words that are one token each: looked up in place, and
+		// merged at once when they are not (countPiece would look them up again).
+		if n := end - i; n <= 8 && i+8 <= len(text) {
+			if v.short(text, i, n) {
+				total++
+			} else {
+				total += v.mergeSmall(text[i:end])
+			}
 			i = end
 			continue
 		}
