@@ -79,21 +79,11 @@ func (l *library) refused(ctx context.Context, c redis.UniversalClient, err erro
 		return
 	}
 	defer l.loading.Unlock()
-	load := func(ctx context.Context, c *redis.Client) error {
-		err := c.FunctionLoad(ctx, l.code).Err()
-		if err != nil && strings.Contains(err.Error(), "already exists") {
-			return nil
-		}
-		return err
-	}
 	var lerr error
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		lerr = c.ForEachMaster(ctx, load)
-	case *redis.Client:
-		lerr = load(ctx, c)
-	default:
-		lerr = c.FunctionLoad(ctx, l.code).Err()
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		lerr = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return l.load(ctx, m) })
+	} else {
+		lerr = l.load(ctx, c)
 	}
 	var rerr redis.Error
 	if errors.As(lerr, &rerr) {
@@ -101,6 +91,15 @@ func (l *library) refused(ctx context.Context, c redis.UniversalClient, err erro
 		// denying FUNCTION, a library the server rejects. Scripts work wherever functions do not.
 		l.scriptsOnly.Store(true)
 	}
+}
+
+// load loads the library on one server; one that another replica loaded first is no error.
+func (l *library) load(ctx context.Context, c redis.Cmdable) error {
+	err := c.FunctionLoad(ctx, l.code).Err()
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return err
 }
 
 // run calls the library once: FCALL, or the script where the function cannot run.

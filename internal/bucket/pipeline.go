@@ -195,7 +195,9 @@ func (b *batcher) exec(batch []*call) {
 		}
 		switch {
 		case functions && needsScript(err):
-			l.refused(ctx, s.client, err)
+			if !retry { // the batch's runs were refused alike: one load serves them all
+				l.refused(ctx, s.client, err)
+			}
 		case !functions && strings.HasPrefix(err.Error(), "NOSCRIPT"):
 		default:
 			continue // the run's own error, or its replies
