@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Counts the instructions redis-server executes per decision of bucket.lua, as a function (FCALL)
-# and as a script (EVALSHA): runs of 6 takes of 2 token buckets (BenchmarkScriptRuns), against a
+# and as a script (EVALSHA): runs of 6 takes of 2 token buckets (BenchmarkScriptRuns), under a key
+# each (keys=2) and sharing one (keys=1, Spec.Slot), against a
 # redis-server running under valgrind's callgrind. Unlike times, the counts repeat exactly on a
 # shared, noisy machine, so two versions of bucket.lua can be compared by a few hundred runs.
 #
@@ -23,14 +24,14 @@ trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || kill "$pid" 2>/dev
 for _ in $(seq 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 
 go test -c -o "$dir/bucket.test" ./internal/bucket/ >/dev/null
-bench() { # form runs
+bench() { # form/layout runs
 	SCRIPT_COST_ADDR=127.0.0.1:$port "$dir/bucket.test" -test.run '^$' -test.bench "^BenchmarkScriptRuns/$1\$" -test.benchtime "$2x" >/dev/null
 }
 total() { # instructions counted so far
 	callgrind_control -d "$pid" >/dev/null 2>&1
 	grep -h '^totals:' "$dir"/callgrind.out* | awk '{s += $2} END {print s + 0}'
 }
-for form in function script; do
+for form in function/keys=2 function/keys=1 script/keys=2 script/keys=1; do
 	bench "$form" 20 # loads the library and the script, creates the keys
 	before=$(total)
 	callgrind_control -i on "$pid" >/dev/null 2>&1

@@ -209,7 +209,7 @@ func TestEstimateCommand(t *testing.T) {
 		t.Fatalf("%v %s", err, errb.String())
 	}
 	for _, want := range []string{"provider       openai", "model          \"gpt-4o\"", "output tokens  100",
-		"count          exact", "tenant         \"team-a\"", "rules          openai-per-model, tenant-fair-share", "openai-per-model:t|m6:gpt-4o"} {
+		"count          exact", "tenant         \"team-a\"", "rules          openai-per-model, tenant-fair-share", "openai-per-model:b|m6:gpt-4o\"   1"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -171,13 +171,18 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "buckets (hash tag {%s}):\n", x.Tag)
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  name\talgorithm\tlimit\tperiod\tcapacity\tcost\tfloor\tshadow")
+	fmt.Fprintln(tw, "  name\tslot\talgorithm\tlimit\tperiod\tcapacity\tcost\tfloor\tshadow")
 	for i, b := range x.Buckets {
 		period := b.Period.String()
 		if b.Algorithm == bucket.Quota {
 			period = map[bucket.Calendar]string{bucket.Day: "day (UTC)", bucket.Month: "month (UTC)"}[b.Calendar]
 		}
-		fmt.Fprintf(tw, "  %q\t%s\t%d\t%s\t%d\t%d\t%g\t%v\n", b.Name, b.Algorithm, b.Limit, period, b.Capacity(), b.Cost, b.Floor, x.Shadow[i])
+		// A rule's tokens and requests token buckets share one stored key, each in its slot.
+		slot := "-"
+		if b.Slot > 0 {
+			slot = strconv.Itoa(int(b.Slot))
+		}
+		fmt.Fprintf(tw, "  %q\t%s\t%s\t%d\t%s\t%d\t%d\t%g\t%v\n", b.Name, slot, b.Algorithm, b.Limit, period, b.Capacity(), b.Cost, b.Floor, x.Shadow[i])
 	}
 	return tw.Flush()
 }

@@ -171,8 +171,9 @@ func BenchmarkKeys(b *testing.B) {
 }
 
 // BenchmarkScriptRuns sends runs of 6 takes of 2 token buckets each (100 tenants in a fixed
-// order), one run per op, as the function (FCALL) and as the script (EVALSHA): the work of
-// bucket.lua alone, without the batcher. decisions/s and redis-us/op are per decision. With
+// order), one run per op, as the function (FCALL) and as the script (EVALSHA), the two buckets
+// under a key each (keys=2) or sharing one (keys=1, Spec.Slot): the work of bucket.lua alone,
+// without the batcher. decisions/s and redis-us/op are per decision. With
 // SCRIPT_COST_ADDR set it drives that server instead of starting one: scripts/script-cost.sh
 // runs it against redis-server under callgrind, whose instruction counts, unlike times, repeat
 // exactly on a busy machine.
@@ -195,18 +196,30 @@ func BenchmarkScriptRuns(b *testing.B) {
 		keys []string
 		args []any
 	}
-	var runs [100]run
-	for r := range runs {
-		for i := range calls {
-			name := fmt.Sprintf("t-%03d", (r*calls+i)*7%100)
-			req := &Request{Tag: "openai", Buckets: []Spec{
-				{Name: name + ":tpm", Limit: 1e12, Period: time.Minute, Cost: 300},
-				{Name: name + ":rpm", Limit: 1e12, Period: time.Minute, Cost: 1},
-			}}
-			runs[r].keys = append(runs[r].keys, s.keys(req.Tag, 2, func(i int) *Spec { return &req.Buckets[i] })...)
-			runs[r].args = append(runs[r].args, string(appendTake(nil, req)))
+	build := func(shared bool) *[100]run {
+		var runs [100]run
+		for r := range runs {
+			for i := range calls {
+				name := fmt.Sprintf("t-%03d", (r*calls+i)*7%100)
+				req := &Request{Tag: "openai", Buckets: []Spec{
+					{Name: name + ":tpm", Limit: 1e12, Period: time.Minute, Cost: 300},
+					{Name: name + ":rpm", Limit: 1e12, Period: time.Minute, Cost: 1},
+				}}
+				if shared {
+					req.Buckets[0].Name, req.Buckets[0].Slot = name, 1
+					req.Buckets[1].Name, req.Buckets[1].Slot = name, 2
+				}
+				keys := s.keys(req.Tag, 2, func(i int) *Spec { return &req.Buckets[i] })
+				runs[r].keys = append(runs[r].keys, keys...)
+				runs[r].args = append(runs[r].args, string(appendTake(nil, req, len(keys))))
+			}
 		}
+		return &runs
 	}
+	layouts := []struct {
+		name string
+		runs *[100]run
+	}{{"keys=2", build(false)}, {"keys=1", build(true)}}
 	for _, form := range []struct {
 		name string
 		call func(r *run) *redis.Cmd
@@ -214,25 +227,28 @@ func BenchmarkScriptRuns(b *testing.B) {
 		{"function", func(r *run) *redis.Cmd { return c.FCall(ctx, lib.name, r.keys, r.args...) }},
 		{"script", func(r *run) *redis.Cmd { return lib.script.Run(ctx, c, r.keys, r.args...) }},
 	} {
-		b.Run(form.name, func(b *testing.B) {
-			b.ReportAllocs()
-			cpu := startRedisCPU(b, c)
-			i := 0
-			for b.Loop() {
-				v, err := form.call(&runs[i%len(runs)]).Result()
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, x := range v.([]any) {
-					if res, err := parseTake(x, 2); err != nil || res.Outcome != Allowed {
-						b.Fatalf("take: %+v, %v", res, err)
+		for _, layout := range layouts {
+			runs := layout.runs
+			b.Run(form.name+"/"+layout.name, func(b *testing.B) {
+				b.ReportAllocs()
+				cpu := startRedisCPU(b, c)
+				i := 0
+				for b.Loop() {
+					v, err := form.call(&runs[i%len(runs)]).Result()
+					if err != nil {
+						b.Fatal(err)
 					}
+					for _, x := range v.([]any) {
+						if res, err := parseTake(x, 2); err != nil || res.Outcome != Allowed {
+							b.Fatalf("take: %+v, %v", res, err)
+						}
+					}
+					i++
 				}
-				i++
-			}
-			b.ReportMetric(float64(b.N*calls)/b.Elapsed().Seconds(), "decisions/s")
-			used := readRedisCPU(b, c) - cpu.start
-			b.ReportMetric(float64(used.Microseconds())/float64(b.N*calls), "redis-us/decision")
-		})
+				b.ReportMetric(float64(b.N*calls)/b.Elapsed().Seconds(), "decisions/s")
+				used := readRedisCPU(b, c) - cpu.start
+				b.ReportMetric(float64(used.Microseconds())/float64(b.N*calls), "redis-us/decision")
+			})
+		}
 	}
 }

@@ -67,6 +67,15 @@ type Spec struct {
 	// Floor is the fraction of capacity (0 to 1) that this request may not take: a low-priority
 	// request is admitted only while the bucket stays at or above Floor x capacity after paying.
 	Floor float64
+	// Slot, from 1 to MaxSlots, keeps a TokenBucket in that slot of one Redis key shared with the
+	// TokenBuckets of the same Name and other slots (a rule's tokens and requests): one key to
+	// read and write for all of them, which costs Redis about a sixth less per decision than a
+	// key each (docs/performance.md). Zero keeps it under a key of its own. The buckets of a key
+	// are independent, each with its own level and parameters, so the slot is part of the
+	// bucket's identity: the same Name in another slot, or in none, is another bucket. A
+	// Request, Adjust or Lower call that lists a key's buckets next to each other, in any order,
+	// writes the key once.
+	Slot uint8
 }
 
 // Capacity returns the most the bucket can ever hold.

@@ -10,16 +10,20 @@
 --             level is a double (fractional while it refills), stored as the double's 8 bytes so
 --             that it reads back bit for bit.
 --
--- KEYS        the buckets of every call, call after call; every key of a run shares one Redis
+-- KEYS        the keys of every call, call after call: a key per bucket, but one for the
+--             buckets of a shared key next to each other; every key of a run shares one Redis
 --             Cluster hash slot (the calls' tag).
 -- ARGV[i]     call i, binary, read with struct.unpack (little-endian; numbers are doubles,
---             exact for the integers they carry): the header '<c1ddc0' <op> <max_wait_us>
---             <lease>, then for each of its keys '<c1ddddd' <alg> <limit> <period_us> <capacity>
---             <amount> <reserve>
+--             exact for the integers they carry): the header '<c1Bddc0' <op> <keys> <max_wait_us>
+--             <lease>, then for each of its buckets '<c1ddddd' <alg> <limit> <period_us>
+--             <capacity> <amount> <reserve>
 --               op        T = take, A = adjust, L = lower
+--               keys      how many of KEYS the call's buckets are in (token buckets may share one)
 --               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
 --               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
---                         c = concurrency (period_us is the lease's time to live)
+--                         c = concurrency (period_us is the lease's time to live); 1 to 4 = a token
+--                         bucket in that slot of a shared key (see Storage), the call's next key;
+--                         5 to 8 = slot 1 to 4 of the previous bucket's key
 --               amount    take: the cost (>= 0; a concurrency bucket: 0 or 1, one lease);
 --                         adjust: the delta (> 0 refunds, < 0 charges; on a concurrency bucket
 --                         > 0 releases the lease, <= 0 does nothing);
@@ -27,7 +31,7 @@
 --                         charged the difference, one holding less is left alone
 --               reserve   floor x capacity: a take must leave at least this much
 --             Binary rather than text: parsing decimal text in Lua was a sixth of the script's
---             CPU (docs/performance.md). The call's key count follows from the length.
+--             CPU (docs/performance.md). The call's bucket count follows from the length.
 --
 -- Reply: an array with one reply per call, in order. A call's error (a key of another type, say)
 -- is its own reply, an error; the other calls are decided all the same. Malformed arguments,
@@ -35,7 +39,7 @@
 -- Reply (take): 3 + 4 x n little-endian int64s in one string (struct '<i8...'; numbers are
 -- truncated toward zero, as Redis truncates Lua numbers in replies), cheaper to build and to
 -- read than an array of integers:
---   outcome, blocking, wait_us, then per key: remaining, capacity, reset_us, wait_us
+--   outcome, blocking, wait_us, then per bucket: remaining, capacity, reset_us, wait_us
 --   outcome   0 allowed, 1 delayed (debited; proceed after wait_us), 2 denied (nothing debited;
 --             retry after wait_us), 3 impossible (nothing debited; a cost exceeds capacity - reserve)
 --   blocking  0-based index of the bucket with the longest wait (or the first impossible one), -1
@@ -44,13 +48,20 @@
 --   wait_us   time until that bucket alone could pay; the top-level wait_us is their maximum
 --             a concurrency bucket that is full denies even within max_wait (a lease cannot be
 --             reserved ahead); its wait is the time until its oldest lease expires, at most BUSY_US
--- Reply (adjust, lower): the number of the call's keys.
+-- Reply (adjust, lower): the number of the call's buckets.
 --
 -- Storage (one key per bucket, expiring once the bucket would be full again plus MARGIN_MS, a
 -- token bucket up to SLACK_MS later; a missing key is a full bucket, and a write that leaves a
 -- bucket full deletes its key):
 --   token bucket   a 24-byte string, struct '<ddd': level, time of that level, the expiry the key
---                  was given; the 16 bytes '<dd' of earlier builds are read too, expiry unknown
+--                  was given; the 16 bytes '<dd' of earlier builds are read too, expiry unknown.
+--                  Token buckets may share a key, each in its slot (a rule's tokens and requests:
+--                  one key to read and write instead of two): slot 1 as above, then 16 bytes
+--                  '<dd' level, time for each further slot, 24 + 16 x (slots - 1) bytes in all.
+--                  A slot beyond the value, or holding level +inf, is a full bucket. The buckets of
+--                  one key are independent (each its own level, time and parameters); a call
+--                  writes the key once for all of its buckets there, keeping the slots it did not
+--                  touch, and deletes it only when it holds nothing but full buckets of the call.
 --   quota          a 16-byte string, struct '<dd': amount used (above limit: debt carried into the
 --                  next periods), period index
 --   sliding window a hash: <sub-window index> = amount admitted in that sub-window
@@ -128,12 +139,14 @@ local function period_start(alg, p)
   return first_day(y, p - y * 12 + 1) * DAY_US
 end
 
-local HEADER, BUCKET = '<c1ddc0', '<c1ddddd'
+local HEADER, BUCKET = '<c1Bddc0', '<c1ddddd'
 
 -- The buckets of the call being decided, by position 1..n; every call of the run reuses them,
 -- and each call's load sets every field its buckets' algorithms read.
 local KEY, ALG, LIMIT, PERIOD, CAP, AMOUNT, RESERVE, WAIT = {}, {}, {}, {}, {}, {}, {}, {}
 local LEVEL, TS, EXPIRY = {}, {}, {}       -- token bucket: level, time of that level, key's expiry
+local SLOT, DIRTY, KIDX = {}, {}, {}       -- token bucket in a shared key (g): its slot,
+                                            -- whether it changed, its key's index in KEYS
 local USED, PIDX = {}, {}                   -- quota: amount used, period index
 local SW, SUBS, STALE, SUM = {}, {}, {}, {} -- sliding window: sub-window length, { index,
                                             -- amount, dirty } sorted, stale fields, total
@@ -177,7 +190,7 @@ end
 -- The level a provider's report is compared with, as remaining_of but unrounded.
 local function level_of(i)
   local alg = ALG[i]
-  if alg == 't' then return LEVEL[i] end
+  if alg == 't' or alg == 'g' then return LEVEL[i] end
   if alg == 's' then return CAP[i] - SUM[i] end
   return CAP[i] - USED[i]
 end
@@ -187,31 +200,169 @@ local function ttl_ms(live)
   return ceil(live / 1000) + MARGIN_MS
 end
 
--- Write bucket i back (it changed) with its expiry, or delete it when it is full.
-local function store(i)
-  local alg, key = ALG[i], KEY[i]
-  if alg == 't' then
-    local level, cap = LEVEL[i], CAP[i]
-    if level >= cap then
+-- The slot of a token bucket in a shared key by its alg digit: 1 to 4 in the call's next key,
+-- negated for 5 to 8, in the previous bucket's key.
+local SLOT_OF = { ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = -1, ['6'] = -2, ['7'] = -3, ['8'] = -4 }
+
+local HUGE = 1 / 0 -- the level of a slot no bucket wrote yet: full (math is not bound yet)
+
+-- Write token bucket i (a key of its own) with its expiry, or delete it when it is full.
+local function write_one(i)
+  local key, level, cap = KEY[i], LEVEL[i], CAP[i]
+  if level >= cap then
+    rcall('DEL', key)
+    FRESH[key] = false
+    return
+  end
+  -- Keep the key's expiry when it is late enough (KEEPTTL costs Redis half of PX); else set
+  -- one SLACK_MS later than needed, so that a busy bucket sets it about once per SLACK_MS.
+  local need = now + ceil((cap - level) * PERIOD[i] / LIMIT[i]) + MARGIN_MS * 1000
+  local expiry, v = EXPIRY[i], nil
+  if expiry >= need then
+    v = spack('<ddd', level, TS[i], expiry)
+    rcall('SET', key, v, 'KEEPTTL')
+  else
+    local px = ceil((need - now) / 1000) + SLACK_MS
+    expiry = now + px * 1000
+    v = spack('<ddd', level, TS[i], expiry)
+    rcall('SET', key, v, 'PX', px)
+    EXPIRY[i] = expiry
+  end
+  FRESH[key] = v
+end
+
+-- Write token buckets i..j, which share one key (KEYS[k] is bucket i's), with one SET: each in
+-- its slot, the key's other slots as stored. Delete the key instead when it would hold only full
+-- buckets, all of them among i..j.
+local function write_tokens(i, j, k)
+  local key = KEY[i]
+  local raw = FRESH[key]
+  if raw == nil then raw = RAW[k] end
+  if j == i + 1 and SLOT[i] == 1 and SLOT[j] == 2 and (not raw or #raw <= 40) then
+    -- The usual pair (a rule's tokens and requests), as write_one does one bucket.
+    local l1, c1, l2, c2 = LEVEL[i], CAP[i], LEVEL[j], CAP[j]
+    if l1 >= c1 and l2 >= c2 then
       rcall('DEL', key)
       FRESH[key] = false
       return
     end
-    -- Keep the key's expiry when it is late enough (KEEPTTL costs Redis half of PX); else set
-    -- one SLACK_MS later than needed, so that a busy bucket sets it about once per SLACK_MS.
-    local need = now + ceil((cap - level) * PERIOD[i] / LIMIT[i]) + MARGIN_MS * 1000
+    local need = 0
+    if l1 < c1 then need = ceil((c1 - l1) * PERIOD[i] / LIMIT[i]) end
+    if l2 < c2 then
+      local w = ceil((c2 - l2) * PERIOD[j] / LIMIT[j])
+      if w > need then need = w end
+    end
+    need = now + need + MARGIN_MS * 1000
     local expiry, v = EXPIRY[i], nil
+    if not raw then expiry = 0 end -- deleted by this call (its buckets here were apart)
     if expiry >= need then
-      v = spack('<ddd', level, TS[i], expiry)
+      v = spack('<ddddd', l1, TS[i], expiry, l2, TS[j])
       rcall('SET', key, v, 'KEEPTTL')
     else
       local px = ceil((need - now) / 1000) + SLACK_MS
-      expiry = now + px * 1000
-      v = spack('<ddd', level, TS[i], expiry)
+      v = spack('<ddddd', l1, TS[i], now + px * 1000, l2, TS[j])
       rcall('SET', key, v, 'PX', px)
-      EXPIRY[i] = expiry
     end
     FRESH[key] = v
+    return
+  end
+  local need, full, top = 0, true, 0
+  for x = i, j do
+    local level, cap = LEVEL[x], CAP[x]
+    if level < cap then
+      full = false
+      local w = ceil((cap - level) * PERIOD[x] / LIMIT[x])
+      if w > need then need = w end
+    end
+    if SLOT[x] > top then top = SLOT[x] end
+  end
+  local len = raw and #raw or 0
+  local ours = len == 16 or (len >= 24 and len % 16 == 8)
+  local stored = 0 -- slots the value holds
+  if ours then stored = (len - 8) / 16 end
+  if len == 16 then stored = 1 end
+  if stored > top then top = stored end
+  -- One bucket in slot 1, the key holding no others: deleted when full, as by write_one.
+  local usual = top == 1
+  if full and usual then
+    rcall('DEL', key)
+    FRESH[key] = false
+    return
+  end
+  -- Keep the key's expiry when it is late enough (KEEPTTL costs Redis half of PX); else set
+  -- one SLACK_MS later than needed, so that a busy bucket sets it about once per SLACK_MS. The
+  -- slots not among i..j need no more than the expiry they had, which the value records (this
+  -- call may have written it already, when its buckets of one key are not next to each other).
+  local expiry = 0
+  if len >= 24 and ours then
+    if usual then expiry = EXPIRY[i] else expiry = sunpack('<d', raw, 17) end
+  end
+  need = now + need + MARGIN_MS * 1000
+  local px = nil
+  if expiry < need then
+    px = ceil((need - now) / 1000) + SLACK_MS
+    expiry = now + px * 1000
+  end
+  local v
+  if usual then
+    v = spack('<ddd', LEVEL[i], TS[i], expiry)
+  else
+    -- Any other layout: slot by slot, each from its bucket among i..j, or as stored, or full.
+    local parts = {}
+    for slot = 1, top do
+      local part = nil
+      for x = i, j do
+        if SLOT[x] == slot then part = spack('<dd', LEVEL[x], TS[x]) end
+      end
+      if part == nil then
+        if slot == 1 and ours then
+          part = raw:sub(1, 16)
+        elseif slot > 1 and slot <= stored then
+          part = raw:sub(16 * slot - 7, 16 * slot + 8)
+        else
+          part = spack('<dd', HUGE, 0)
+        end
+      end
+      parts[#parts + 1] = part
+      if slot == 1 then parts[#parts + 1] = spack('<d', expiry) end
+    end
+    v = table.concat(parts)
+  end
+  if px then
+    rcall('SET', key, v, 'PX', px)
+  else
+    rcall('SET', key, v, 'KEEPTTL')
+  end
+  FRESH[key] = v
+end
+
+-- Write the token buckets of a call that changed, one SET per key (its buckets are next to each
+-- other in the call).
+local function flush(n)
+  local i = 1
+  while i <= n do
+    local j = i
+    if ALG[i] == 'g' then
+      local key, dirty = KEY[i], DIRTY[i]
+      while j < n and KEY[j + 1] == key do
+        j = j + 1
+        if DIRTY[j] then dirty = true end
+      end
+      if dirty then write_tokens(i, j, KIDX[i]) end
+    end
+    i = j + 1
+  end
+end
+
+-- Write bucket i back (it changed) with its expiry, or delete it when it is full. A token bucket
+-- in a shared key is only marked: flush writes it, with the others of its key.
+local function store(i)
+  local alg, key = ALG[i], KEY[i]
+  if alg == 't' then
+    write_one(i)
+    return
+  elseif alg == 'g' then
+    DIRTY[i] = true
     return
   elseif alg == 'd' or alg == 'm' then
     local used = USED[i]
@@ -327,27 +478,33 @@ local function load(i, k, alg, lease)
   return true
 end
 
--- The calls of the run, from their headers: first key's index - 1, key count, argument, where its
--- buckets start, op, max_wait, lease.
-local CBASE, CN, CPOS, COP, CWAIT, CLEASE = {}, {}, {}, {}, {}, {}
+-- The calls of the run, from their headers: first key's index - 1, bucket count, key count,
+-- argument, where its buckets start, op, max_wait, lease.
+local CBASE, CN, CK, CPOS, COP, CWAIT, CLEASE = {}, {}, {}, {}, {}, {}, {}
 
 -- Reply formats of a take by key count, built once each.
 local REPLY = {}
 local OUT = {}
 
--- One call, ci: its n buckets are KEYS[base + 1 .. base + n].
-local function call(ci)
-  local base, n, args, pos, op, lease = CBASE[ci], CN[ci], ARGV[ci], CPOS[ci], COP[ci], CLEASE[ci]
+-- One call, ci, as its header says (see run): its n buckets are in KEYS[base + 1 .. base +
+-- nkeys], each in the next key but for the buckets of a shared key after the first, in the
+-- previous bucket's. (Arguments rather than reads of the header tables: a Lua 5.1 function has
+-- at most 60 upvalues.)
+local function call(ci, base, n, nkeys, pos, op, max_wait, lease)
+  local args = ARGV[ci]
+  local k = base -- the key of bucket i: KEYS[k]
   for i = 1, n do
     local alg
     alg, LIMIT[i], PERIOD[i], CAP[i], AMOUNT[i], RESERVE[i], pos = sunpack(BUCKET, args, pos)
-    local key = KEYS[base + i]
-    KEY[i], ALG[i] = key, alg
+    -- A token bucket, the common case, is loaded inline (a Lua call costs as much as the rest of
+    -- it): level, time and expiry as stored, or nil when missing.
+    local tb, level, ts, expiry = true, nil, nil, 0
     if alg == 't' then
-      -- The common case, inline (a Lua call costs as much as the rest of it).
+      k = k + 1
+      local key = KEYS[k]
+      KEY[i] = key
       local raw = FRESH[key]
-      if raw == nil then raw = RAW[base + i] end
-      local cap, level, ts, expiry = CAP[i], nil, nil, 0
+      if raw == nil then raw = RAW[k] end
       if raw then
         local len = #raw
         if len == 24 then
@@ -356,6 +513,44 @@ local function call(ci)
           level, ts = sunpack('<dd', raw) -- an earlier build's: its expiry is unknown
         end
       end
+    else
+      local slot = SLOT_OF[alg]
+      if slot == nil or slot > 0 then
+        k = k + 1
+      elseif i > 1 and ALG[i - 1] == 'g' then
+        slot = -slot
+      else
+        return error_reply('ERR bucket.lua: bucket ' .. i .. ' shares the key of no token bucket')
+      end
+      local key = KEYS[k]
+      KEY[i] = key
+      if slot then
+        alg = 'g'
+        SLOT[i], DIRTY[i], KIDX[i] = slot, false, k
+        local raw = FRESH[key]
+        if raw == nil then raw = RAW[k] end
+        if raw then
+          local len = #raw
+          if len >= 24 and len % 16 == 8 then
+            if slot == 1 then
+              level, ts, expiry = sunpack('<ddd', raw)
+            else
+              expiry = sunpack('<d', raw, 17)
+              if len >= 16 * slot + 8 then level, ts = sunpack('<dd', raw, 16 * slot - 7) end
+            end
+          end
+        end
+      else
+        tb = false
+        ALG[i] = alg
+        if not load(i, k, alg, lease) then
+          return error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(alg))
+        end
+      end
+    end
+    if tb then
+      ALG[i] = alg
+      local cap = CAP[i]
       if level == nil then
         level, ts = cap, now
       elseif now > ts then
@@ -363,9 +558,10 @@ local function call(ci)
       end
       if level > cap then level = cap end
       LEVEL[i], TS[i], EXPIRY[i] = level, ts, expiry
-    elseif not load(i, base + i, alg, lease) then
-      return error_reply('ERR bucket.lua: unknown algorithm ' .. tostring(alg))
     end
+  end
+  if k ~= base + nkeys then
+    return error_reply('ERR bucket.lua: ' .. (k - base) .. ' keys of ' .. nkeys .. ' named')
   end
 
   if op == 'L' then
@@ -374,7 +570,7 @@ local function call(ci)
         local d = level_of(i) - AMOUNT[i]
         if d > 0 then
           local alg = ALG[i]
-          if alg == 't' then
+          if alg == 't' or alg == 'g' then
             LEVEL[i] = AMOUNT[i]
           elseif alg == 's' then
             slot_add(i, now, d)
@@ -385,6 +581,7 @@ local function call(ci)
         end
       end
     end
+    flush(n)
     return n
   end
 
@@ -396,7 +593,7 @@ local function call(ci)
           rcall('ZREM', KEY[i], lease)
         end
       else
-        if alg == 't' then
+        if alg == 't' or alg == 'g' then
           local level = LEVEL[i] + d
           if level > CAP[i] then level = CAP[i] end
           LEVEL[i] = level
@@ -419,6 +616,7 @@ local function call(ci)
         store(i)
       end
     end
+    flush(n)
     return n
   end
 
@@ -430,7 +628,7 @@ local function call(ci)
     local w = 0
     if need > cap then
       if outcome ~= 3 then outcome, blocking = 3, i - 1 end
-    elseif alg == 't' then
+    elseif alg == 't' or alg == 'g' then
       local level = LEVEL[i]
       if level < need - cap * EPS then
         w = ceil((need - level) * PERIOD[i] / LIMIT[i])
@@ -467,17 +665,21 @@ local function call(ci)
   end
 
   if outcome ~= 3 and wait > 0 then
-    if CWAIT[ci] > 0 and wait <= CWAIT[ci] and not busy then outcome = 1 else outcome = 2 end
+    if max_wait > 0 and wait <= max_wait and not busy then outcome = 1 else outcome = 2 end
   end
   if outcome == 3 then wait = 0 end
 
   if outcome <= 1 then
+    local shared = false
     for i = 1, n do
       local amount = AMOUNT[i]
       if amount > 0 then
         local alg = ALG[i]
         if alg == 't' then
           LEVEL[i] = LEVEL[i] - amount
+          write_one(i)
+        elseif alg == 'g' then
+          LEVEL[i], DIRTY[i], shared = LEVEL[i] - amount, true, true
         elseif alg == 'c' then
           local exp = now + PERIOD[i]
           rcall('ZADD', KEY[i], num(exp), lease)
@@ -490,16 +692,17 @@ local function call(ci)
         else
           USED[i] = USED[i] + amount
         end
-        store(i)
+        if alg ~= 't' and alg ~= 'g' then store(i) end
       end
     end
+    if shared then flush(n) end
   end
 
   OUT[1], OUT[2], OUT[3] = outcome, blocking, wait
   local o = 3
   for i = 1, n do
-    local cap = CAP[i]
-    if ALG[i] == 't' then
+    local cap, alg = CAP[i], ALG[i]
+    if alg == 't' or alg == 'g' then
       local level, reset = LEVEL[i], 0
       if level < cap then reset = ceil((cap - level) * PERIOD[i] / LIMIT[i]) end
       OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = floor(level + cap * EPS), cap, reset, WAIT[i]
@@ -533,16 +736,16 @@ local function run(keys, argv)
   local base = 0
   for i = 1, #ARGV do
     local args = ARGV[i]
-    if #args < 17 then
+    if #args < 18 then
       return error_reply('ERR bucket.lua: call ' .. i .. ': arguments of ' .. #args .. ' bytes')
     end
-    local op, max_wait, lease, pos = sunpack(HEADER, args)
+    local op, nkeys, max_wait, lease, pos = sunpack(HEADER, args)
     local n = (#args - (pos - 1)) / 41
     if n < 1 or n ~= floor(n) then
       return error_reply('ERR bucket.lua: call ' .. i .. ': ' .. #args .. ' bytes of arguments are no whole number of buckets')
     end
-    CBASE[i], CN[i], CPOS[i], COP[i], CWAIT[i], CLEASE[i] = base, n, pos, op, max_wait, lease
-    base = base + n
+    CBASE[i], CN[i], CK[i], CPOS[i], COP[i], CWAIT[i], CLEASE[i] = base, n, nkeys, pos, op, max_wait, lease
+    base = base + nkeys
   end
   if base ~= #KEYS then
     return error_reply('ERR bucket.lua: the calls name ' .. base .. ' keys, got ' .. #KEYS)
@@ -553,7 +756,7 @@ local function run(keys, argv)
   -- reply and leaves the others alone.
   local replies = {}
   for i = 1, #ARGV do
-    local ok, r = pcall(call, i)
+    local ok, r = pcall(call, i, CBASE[i], CN[i], CK[i], CPOS[i], COP[i], CWAIT[i], CLEASE[i])
     if ok then
       replies[i] = r
     elseif type(r) == 'table' and r.err then

@@ -91,11 +91,15 @@ func appendKey(dst []byte, prefix, tag string, s *Spec) []byte {
 }
 
 // keyCode names a bucket's algorithm and storage in its key: upper case for the buckets stored
-// as a string of doubles (T token bucket, D daily quota, M monthly quota), lower case for a hash (s,
-// sliding window) or a sorted set (c, concurrency). Builds before the strings kept token buckets
-// and quotas as hashes under t, d and m: their keys are never read and expire on their own, and a
-// replica of such a build never meets a string where it expects a hash.
+// as a string of doubles (T token bucket, G token buckets sharing the key by slot, D daily quota,
+// M monthly quota), lower case for a hash (s, sliding window) or a sorted set (c, concurrency).
+// Builds before the strings kept token buckets and quotas as hashes under t, d and m: their keys
+// are never read and expire on their own, and a replica of such a build never meets a string
+// where it expects a hash.
 func keyCode(s *Spec) byte {
+	if s.Slot > 0 {
+		return 'G'
+	}
 	switch c := s.algCode(); c {
 	case 't', 'd', 'm':
 		return c - 'a' + 'A'

@@ -36,7 +36,7 @@ type Memory struct {
 
 type memKey struct {
 	tag, name string
-	alg       byte
+	alg, slot byte
 }
 
 // memBucket is one stored bucket, the fields of its Redis hash.
@@ -80,7 +80,7 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 	now := float64(m.now().UnixMicro())
 	for i := range bs {
 		b := &req.Buckets[i]
-		m.load(&bs[i], memKey{req.Tag, b.Name, b.algCode()}, paramsOf(b, b.Cost), now, req.Lease)
+		m.load(&bs[i], memKey{req.Tag, b.Name, b.algCode(), b.Slot}, paramsOf(b, b.Cost), now, req.Lease)
 	}
 
 	outcome, blocking, wait := Allowed, -1, 0.0
@@ -155,7 +155,7 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 	for i := range adj {
 		a := &adj[i]
 		b = loaded{}
-		m.load(&b, memKey{tag, a.Name, a.algCode()}, paramsOf(&a.Spec, a.Delta), now, lease)
+		m.load(&b, memKey{tag, a.Name, a.algCode(), a.Slot}, paramsOf(&a.Spec, a.Delta), now, lease)
 		d := b.p.amount
 		switch b.p.alg {
 		case 'c':
@@ -207,7 +207,7 @@ func (m *Memory) Lower(ctx context.Context, tag string, lv []Level) error {
 			continue
 		}
 		b = loaded{}
-		m.load(&b, memKey{tag, l.Name, l.algCode()}, paramsOf(&l.Spec, l.Remaining), now, "")
+		m.load(&b, memKey{tag, l.Name, l.algCode(), l.Slot}, paramsOf(&l.Spec, l.Remaining), now, "")
 		d := b.current() - b.p.amount
 		if d <= 0 {
 			continue

@@ -80,7 +80,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 	keys := s.keys(req.Tag, n, func(i int) *Spec { return &req.Buckets[i] })
 
 	var buf [512]byte
-	v, err := s.run(ctx, req.Tag, keys, appendTake(buf[:0], req))
+	v, err := s.run(ctx, req.Tag, keys, appendTake(buf[:0], req, len(keys)))
 	if err != nil {
 		return Result{}, err
 	}
@@ -95,13 +95,14 @@ func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error 
 	if err != nil {
 		return err
 	}
-	keys := s.keys(tag, len(adj), func(i int) *Spec { return &adj[i].Spec })
+	spec := func(i int) *Spec { return &adj[i].Spec }
+	keys := s.keys(tag, len(adj), spec)
 	var buf [512]byte
-	a := appendHeader(buf[:0], 'A', 0, lease)
+	a := appendHeader(buf[:0], 'A', len(keys), 0, lease)
 	for i := range adj {
-		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta))
+		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta), i > 0 && sharesKey(spec(i-1), spec(i)))
 	}
-	return s.runCount(ctx, "adjust", tag, keys, a)
+	return s.runCount(ctx, "adjust", tag, keys, a, len(adj))
 }
 
 // Lower brings every bucket of lv down to the level a provider reports, in one round trip: a
@@ -111,70 +112,79 @@ func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
 	if err := validateLevels(lv); err != nil {
 		return err
 	}
-	keys := s.keys(tag, len(lv), func(i int) *Spec { return &lv[i].Spec })
+	spec := func(i int) *Spec { return &lv[i].Spec }
+	keys := s.keys(tag, len(lv), spec)
 	var buf [512]byte
-	a := appendHeader(buf[:0], 'L', 0, "")
+	a := appendHeader(buf[:0], 'L', len(keys), 0, "")
 	for i := range lv {
-		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining))
+		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining), i > 0 && sharesKey(spec(i-1), spec(i)))
 	}
-	return s.runCount(ctx, "lower", tag, keys, a)
+	return s.runCount(ctx, "lower", tag, keys, a, len(lv))
 }
 
-// runCount runs an adjust or lower call, whose reply is the number of keys.
-func (s *Redis) runCount(ctx context.Context, op, tag string, keys []string, argv []byte) error {
+// runCount runs an adjust or lower call of n buckets, whose reply is n.
+func (s *Redis) runCount(ctx context.Context, op, tag string, keys []string, argv []byte, n int) error {
 	v, err := s.run(ctx, tag, keys, argv)
 	if err != nil {
 		return err
 	}
-	if got, ok := v.(int64); !ok || got != int64(len(keys)) {
-		return fmt.Errorf("%w: %s returned %v (%T), want %d", ErrReply, op, v, v, len(keys))
+	if got, ok := v.(int64); !ok || got != int64(n) {
+		return fmt.Errorf("%w: %s returned %v (%T), want %d", ErrReply, op, v, v, n)
 	}
 	return nil
 }
 
-// appendTake appends the script argument of a take of req: its header, then every bucket with
-// its cost.
-func appendTake(a []byte, req *Request) []byte {
-	a = appendHeader(a, 'T', req.MaxWait, req.Lease)
+// appendTake appends the script argument of a take of req, whose buckets are in nkeys keys: its
+// header, then every bucket with its cost.
+func appendTake(a []byte, req *Request, nkeys int) []byte {
+	a = appendHeader(a, 'T', nkeys, req.MaxWait, req.Lease)
 	for i := range req.Buckets {
 		b := &req.Buckets[i]
-		a = appendParams(a, paramsOf(b, b.Cost))
+		a = appendParams(a, paramsOf(b, b.Cost), i > 0 && sharesKey(&req.Buckets[i-1], b))
 	}
 	return a
 }
 
-// appendHeader appends the call's header in the script's format (struct '<c1ddc0'): the
-// operation, max_wait in microseconds, then the lease's length and bytes ("-" for none).
-func appendHeader(a []byte, op byte, maxWait time.Duration, lease string) []byte {
+// appendHeader appends the call's header in the script's format (struct '<c1Bddc0'): the
+// operation, the number of keys (at most MaxBuckets), max_wait in microseconds, then the lease's
+// length and bytes ("-" for none).
+func appendHeader(a []byte, op byte, nkeys int, maxWait time.Duration, lease string) []byte {
 	if lease == "" {
 		lease = "-"
 	}
-	a = append(a, op)
+	a = append(a, op, byte(nkeys))
 	a = binary.LittleEndian.AppendUint64(a, math.Float64bits(float64(maxWait/time.Microsecond)))
 	a = binary.LittleEndian.AppendUint64(a, math.Float64bits(float64(len(lease))))
 	return append(a, lease...)
 }
 
-// keys builds every key of a call in one allocation (the keys share the backing string).
+// keys builds the keys of a call's n buckets in one allocation (the keys share the backing
+// string): one per bucket, but one for the buckets of a shared key next to each other
+// (sharesKey), as the script reads them.
 func (s *Redis) keys(tag string, n int, spec func(int) *Spec) []string {
-	size := 0
+	var lens [MaxBuckets]int
+	size, count := 0, 0
 	for i := range n {
-		size += keyLen(s.prefix, tag, spec(i))
+		if i == 0 || !sharesKey(spec(i-1), spec(i)) {
+			lens[count] = keyLen(s.prefix, tag, spec(i))
+			size += lens[count]
+			count++
+		}
 	}
 	var all strings.Builder
 	all.Grow(size)
 	var scratch [256]byte
-	var ends [MaxBuckets]int
 	for i := range n {
-		all.Write(appendKey(scratch[:0], s.prefix, tag, spec(i)))
-		ends[i] = all.Len()
+		if i == 0 || !sharesKey(spec(i-1), spec(i)) {
+			all.Write(appendKey(scratch[:0], s.prefix, tag, spec(i)))
+		}
 	}
 	joined := all.String()
-	keys := make([]string, n)
+	keys := make([]string, count)
 	start := 0
-	for i := range n {
-		keys[i] = joined[start:ends[i]]
-		start = ends[i]
+	for i := range count {
+		keys[i] = joined[start : start+lens[i]]
+		start += lens[i]
 	}
 	return keys
 }
@@ -237,9 +247,17 @@ func callReply(v any) (any, error) {
 
 // appendParams appends one bucket in the script's format (struct '<c1ddddd'): alg, limit,
 // period, cap, amount, reserve. The numbers are doubles, as in the script: the amounts are
-// integers up to MaxAmount, exact in a double.
-func appendParams(a []byte, p params) []byte {
-	a = append(a, p.alg)
+// integers up to MaxAmount, exact in a double. A token bucket in a shared key has its slot's
+// digit for alg, plus 4 when it is in the previous bucket's key (cont), as the script reads it.
+func appendParams(a []byte, p params, cont bool) []byte {
+	switch {
+	case p.slot > 0 && cont:
+		a = append(a, '4'+p.slot)
+	case p.slot > 0:
+		a = append(a, '0'+p.slot)
+	default:
+		a = append(a, p.alg)
+	}
 	for _, x := range [...]float64{p.limit, p.period, p.cap, p.amount, p.reserve} {
 		a = binary.LittleEndian.AppendUint64(a, math.Float64bits(x))
 	}

@@ -216,6 +216,105 @@ func TestRedisStorage(t *testing.T) {
 	}
 }
 
+// TestRedisSharedKey checks the storage of token buckets that share a key (Spec.Slot): one key
+// and one SET for a decision's pair, an expiry that covers every slot, the slots a call does not
+// touch kept as they were, and the key deleted only when it holds nothing but full buckets.
+func TestRedisSharedKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, c, clk := fakeTimeServer(t, "sk:")
+	tpm := Spec{Name: "rule|t2:42", Limit: 30000, Period: time.Minute, Slot: 1}
+	rpm := Spec{Name: "rule|t2:42", Limit: 500, Period: time.Minute, Slot: 2}
+	key := s.keys("openai", 1, func(int) *Spec { return &tpm })[0]
+	if got := s.keys("openai", 1, func(int) *Spec { return &rpm })[0]; got != key || key != "sk:{openai}G:rule%7Ct2:42" {
+		t.Fatalf("keys %q and %q, want both sk:{openai}G:rule%%7Ct2:42", key, got)
+	}
+	pair := func(tokens, requests int64) *Request {
+		return &Request{Tag: "openai", Buckets: []Spec{with(tpm, tokens), with(rpm, requests)}}
+	}
+	pttl := func() time.Duration { return c.PTTL(ctx, key).Val() }
+	sets := func() int64 {
+		calls, err := redisstats.Calls(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return calls["set"]
+	}
+
+	before := sets()
+	res := take(t, s, pair(3000, 1))
+	if n := sets() - before; n != 1 {
+		t.Errorf("a take of a shared key's two buckets ran %d SETs, want 1", n)
+	}
+	if res.Buckets[0].Remaining != 27000 || res.Buckets[1].Remaining != 499 {
+		t.Errorf("remaining %d and %d, want 27000 and 499", res.Buckets[0].Remaining, res.Buckets[1].Remaining)
+	}
+	if n := c.DBSize(ctx).Val(); n != 1 {
+		t.Errorf("%d keys, want 1", n)
+	}
+	if n := c.StrLen(ctx, key).Val(); n != 40 {
+		t.Errorf("a %d-byte value, want 40", n)
+	}
+	size, err := c.MemoryUsage(ctx, key, 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MEMORY USAGE %q %d bytes (two token buckets)", key, size)
+	if size > 160 {
+		t.Errorf("MEMORY USAGE %d bytes, want at most 160", size)
+	}
+	// 6 s to refill the tokens (the requests need 0.12 s), the 1 s margin and 10 s of slack.
+	if got := pttl(); got <= 16*time.Second || got > 17*time.Second {
+		t.Errorf("PTTL %v, want 17 s", got)
+	}
+	// The requests alone, now the slower to refill: the expiry covers them, the tokens are kept.
+	take(t, s, &Request{Tag: "openai", Buckets: []Spec{with(rpm, 299)}})
+	if got := pttl(); got <= 46*time.Second || got > 47*time.Second {
+		t.Errorf("after the requests alone: PTTL %v, want 47 s (36 s to refill 300 of 500, margin, slack)", got)
+	}
+	if got := remaining(t, s, "openai", tpm); got != 27000 {
+		t.Errorf("tokens after a take of the requests alone: %d, want 27000", got)
+	}
+	// A refund of the tokens alone to full keeps the key, which still holds the requests' debt.
+	adjust(t, s, "openai", Adjustment{Spec: tpm, Delta: 3000})
+	if got := remaining(t, s, "openai", rpm); got != 200 {
+		t.Errorf("requests after a refund of the tokens alone: %d, want 200", got)
+	}
+	if got := remaining(t, s, "openai", tpm); got != 30000 {
+		t.Errorf("tokens after their refund: %d, want 30000", got)
+	}
+	// Both full in one call: the key goes.
+	adjust(t, s, "openai", Adjustment{Spec: tpm, Delta: 1}, Adjustment{Spec: rpm, Delta: 300})
+	if n := c.Exists(ctx, key).Val(); n != 0 {
+		t.Errorf("a key of full buckets is still stored")
+	}
+	// A call whose buckets of one key are apart writes it twice; the second write keeps the
+	// first's expiry, which the tokens need (50 s to refill, the margin and the slack).
+	other := tokenBucket("other", 10, time.Minute, 1)
+	take(t, s, &Request{Tag: "openai", Buckets: []Spec{with(tpm, 25000), other, with(rpm, 1)}})
+	if got := pttl(); got <= 60*time.Second || got > 61*time.Second {
+		t.Errorf("buckets of one key apart in a call: PTTL %v, want 61 s", got)
+	}
+	// A bucket in slot 4 alone: slots 1 to 3 are written full.
+	far := Spec{Name: "far", Limit: 10, Period: time.Minute, Slot: 4, Cost: 10}
+	near := Spec{Name: "far", Limit: 10, Period: time.Minute, Slot: 1}
+	take(t, s, &Request{Tag: "openai", Buckets: []Spec{far}})
+	farKey := s.keys("openai", 1, func(int) *Spec { return &far })[0]
+	if n := c.StrLen(ctx, farKey).Val(); n != 72 {
+		t.Errorf("slot 4 alone: a %d-byte value, want 72", n)
+	}
+	if got := remaining(t, s, "openai", near); got != 10 {
+		t.Errorf("slot 1 of a key written by slot 4: %d, want 10", got)
+	}
+	if got := remaining(t, s, "openai", far); got != 0 {
+		t.Errorf("slot 4: %d, want 0", got)
+	}
+	clk.Advance(30 * time.Second)
+	if got := remaining(t, s, "openai", far); got != 5 {
+		t.Errorf("slot 4 after 30 s: %d, want 5", got)
+	}
+}
+
 // TestRedisForeignValue checks that a token bucket's or a quota's key holding something the
 // script did not write (a string of another length, a hash as earlier builds wrote) reads as a full
 // bucket and is overwritten by the next debit, instead of failing every decision until it expires.
@@ -302,10 +401,16 @@ func TestDifferential(t *testing.T) {
 		slidingWindow("sw3", 13, 3*time.Second+7*time.Microsecond, 0),
 		quota("day", 200, Day, 0),
 		quota("month", 1000, Month, 0),
+		// Token buckets sharing one key, in any order and subset; slot 3 is never written, and
+		// "pair" without a slot is a bucket of its own.
+		{Name: "pair", Limit: 100, Period: time.Minute, Slot: 1},
+		{Name: "pair", Limit: 5, Period: 10 * time.Second, Slot: 2},
+		{Name: "pair", Limit: 1000, Burst: 2000, Period: 7 * time.Second, Slot: 4},
+		{Name: "pair", Limit: 60, Period: time.Minute},
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	ctx := context.Background()
-	for i := range 600 {
+	for i := range 2000 {
 		switch rng.IntN(10) {
 		case 0:
 			clk.Advance(time.Duration(rng.Int64N(int64(6 * time.Hour))).Truncate(time.Microsecond))
@@ -324,6 +429,17 @@ func TestDifferential(t *testing.T) {
 				s.Floor = float64(rng.IntN(10)) / 10
 			}
 			picked = append(picked, s)
+		}
+		if rng.IntN(8) == 0 {
+			lv := make([]Level, len(picked))
+			for j, s := range picked {
+				lv[j] = Level{Spec: s, Remaining: rng.Int64N(3*s.Capacity()) - s.Capacity()}
+			}
+			em, er := mem.Lower(ctx, "d", lv), red.Lower(ctx, "d", lv)
+			if em != nil || er != nil {
+				t.Fatalf("op %d: Lower: memory %v, redis %v", i, em, er)
+			}
+			continue
 		}
 		if rng.IntN(5) == 0 {
 			adj := make([]Adjustment, len(picked))

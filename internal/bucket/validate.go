@@ -19,6 +19,8 @@ const (
 	MaxWait = MaxPeriod
 	// MaxBuckets bounds the number of buckets in one Request or Adjust call.
 	MaxBuckets = 32
+	// MaxSlots bounds Spec.Slot: how many token buckets one key holds.
+	MaxSlots = 4
 	// SlidingWindows is the number of sub-windows a SlidingWindow's period is divided into: an
 	// admission leaves the window between Period and Period + Period/SlidingWindows after it was made.
 	SlidingWindows = 10
@@ -44,6 +46,10 @@ func (s *Spec) validate(amount int64, adjust bool) error {
 		return fmt.Errorf("%w: bucket %q: delta %d outside -%d..%d", ErrInvalid, s.Name, amount, int64(MaxAmount), int64(MaxAmount))
 	case !(s.Floor >= 0 && s.Floor <= 1): // also rejects NaN
 		return fmt.Errorf("%w: bucket %q: floor %v outside 0..1", ErrInvalid, s.Name, s.Floor)
+	case s.Slot > MaxSlots:
+		return fmt.Errorf("%w: bucket %q: slot %d outside 0..%d", ErrInvalid, s.Name, s.Slot, MaxSlots)
+	case s.Slot > 0 && s.Algorithm != TokenBucket:
+		return fmt.Errorf("%w: bucket %q: only a token bucket has a slot", ErrInvalid, s.Name)
 	}
 	switch s.Algorithm {
 	case TokenBucket, SlidingWindow:
@@ -88,7 +94,12 @@ func (s *Spec) algCode() byte {
 
 // sameBucket reports whether a and b name the same stored bucket.
 func sameBucket(a, b *Spec) bool {
-	return a.Name == b.Name && a.algCode() == b.algCode()
+	return a.Name == b.Name && a.algCode() == b.algCode() && a.Slot == b.Slot
+}
+
+// sharesKey reports whether b, following a in a call, is stored in a's key (Spec.Slot).
+func sharesKey(a, b *Spec) bool {
+	return a.Slot > 0 && b.Slot > 0 && a.Name == b.Name
 }
 
 // validate checks the whole request without allocating when it is valid.
@@ -189,6 +200,7 @@ type params struct {
 	cap     float64
 	amount  float64 // cost, or adjustment delta
 	reserve float64 // floor x capacity
+	slot    uint8   // token bucket: its slot in a shared key, 0 for a key of its own
 }
 
 func paramsOf(s *Spec, amount int64) params {
@@ -199,6 +211,7 @@ func paramsOf(s *Spec, amount int64) params {
 		cap:     float64(c),
 		amount:  float64(amount),
 		reserve: s.Floor * float64(c),
+		slot:    s.Slot,
 	}
 	if s.Algorithm != Quota {
 		p.period = float64(s.Period / time.Microsecond)

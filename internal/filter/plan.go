@@ -14,6 +14,9 @@ import (
 const (
 	kindTokens   = 't'
 	kindRequests = 'r'
+	// kindPair names a rule's tokens and requests buckets when both are token buckets: they share
+	// one name, in slots 1 and 2 of one stored key (bucket.Spec.Slot).
+	kindPair = 'b'
 )
 
 // owner says which rule and amount a bucket of a plan belongs to.
@@ -61,17 +64,38 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		if len(target.Buckets) == 0 || rule.MaxWait < target.MaxWait {
 			target.MaxWait = rule.MaxWait
 		}
+		// A rule's tokens and requests token buckets share a key: one to read and write for both.
+		pair := rule.Tokens != nil && rule.Requests != nil &&
+			rule.Tokens.Algorithm == bucket.TokenBucket && rule.Requests.Algorithm == bucket.TokenBucket
+		var pairName string
+		if pair {
+			pairName = bucketName(rule, kindPair, provider, est.Model, r.tenant, r.priority)
+		}
 		if rule.Tokens != nil {
 			// A hostile max_tokens may price above any store's range: capped, it still can never
 			// fit (413), where the raw cost would be an invalid request (503, and a store failure).
 			cost := min(est.Cost(), bucket.MaxAmount)
-			target.Buckets = append(target.Buckets, rule.Tokens.Spec(bucketName(rule, kindTokens, provider, est.Model, r.tenant, r.priority), cost, r.floor))
+			var s bucket.Spec
+			if pair {
+				s = rule.Tokens.Spec(pairName, cost, r.floor)
+				s.Slot = 1
+			} else {
+				s = rule.Tokens.Spec(bucketName(rule, kindTokens, provider, est.Model, r.tenant, r.priority), cost, r.floor)
+			}
+			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindTokens})
 			}
 		}
 		if rule.Requests != nil {
-			target.Buckets = append(target.Buckets, rule.Requests.Spec(bucketName(rule, kindRequests, provider, est.Model, r.tenant, r.priority), 1, r.floor))
+			var s bucket.Spec
+			if pair {
+				s = rule.Requests.Spec(pairName, 1, r.floor)
+				s.Slot = 2
+			} else {
+				s = rule.Requests.Spec(bucketName(rule, kindRequests, provider, est.Model, r.tenant, r.priority), 1, r.floor)
+			}
+			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindRequests})
 			}
@@ -103,8 +127,8 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	return pl
 }
 
-// bucketName is the bucket's identity: the rule, the amount and the scope values the rule is kept
-// per. Values are length-prefixed so that no tenant or model can forge another bucket's name; the
+// bucketName is the bucket's identity: the rule, the amount (kind; kindPair for the tokens and
+// requests together, told apart by their slots) and the scope values the rule is kept per. Values are length-prefixed so that no tenant or model can forge another bucket's name; the
 // store escapes or hashes the whole name into its key.
 func bucketName(rule *config.Rule, kind byte, provider, model, tenant, priority string) string {
 	var b strings.Builder

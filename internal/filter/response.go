@@ -267,9 +267,12 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 		f["rules"] = a.str(pl.ruleNames())
 		f["tag"] = a.str(pl.enforced.Tag)
 		if len(pl.enforced.Buckets) > 0 && (decision == decisionAllowed || decision == decisionDelayed) {
-			names := make([]*structpb.Value, len(pl.enforced.Buckets))
+			// A rule's tokens and requests buckets share a name (kindPair): listed once.
+			names := make([]*structpb.Value, 0, len(pl.enforced.Buckets))
 			for i, b := range pl.enforced.Buckets {
-				names[i] = a.str(validUTF8(b.Name))
+				if i == 0 || b.Name != pl.enforced.Buckets[i-1].Name {
+					names = append(names, a.str(validUTF8(b.Name)))
+				}
 			}
 			f["buckets"] = structpb.NewListValue(&structpb.ListValue{Values: names})
 		}

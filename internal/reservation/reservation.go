@@ -48,10 +48,11 @@ const version = "r1"
 
 // Encode renders r as one line of space-separated words:
 //
-//	r1 TAG LEASE PROMPT OUTPUT MODEL {KIND ALG[f] LIMIT PERIOD_MS BURST COST NAME}...
+//	r1 TAG LEASE PROMPT OUTPUT MODEL {KIND ALG[SLOT][f][u] LIMIT PERIOD_MS BURST COST NAME}...
 //
 // where ALG is t, s, d, m or c (token bucket, sliding window, daily or monthly quota,
-// concurrency), then f marks feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
+// concurrency), SLOT the digit of a token bucket's bucket.Spec.Slot (none for 0), then f marks
+// feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
 // every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
 // releases ignore them.
 func Encode(r *Reservation) string {
@@ -80,6 +81,9 @@ func Encode(r *Reservation) string {
 		b.WriteByte(x.Kind)
 		b.WriteByte(' ')
 		b.WriteByte(algCode(s))
+		if s.Slot > 0 {
+			b.WriteByte('0' + s.Slot)
+		}
 		if x.Feedback {
 			b.WriteByte('f')
 		}
@@ -154,6 +158,9 @@ func Decode(s string) (*Reservation, error) {
 		}
 		if strings.HasSuffix(alg, "f") {
 			x.Feedback, alg = true, alg[:len(alg)-1]
+		}
+		if len(alg) == 2 && alg[0] == 't' && alg[1] >= '1' && alg[1] <= '0'+bucket.MaxSlots {
+			x.Spec.Slot, alg = alg[1]-'0', alg[:1]
 		}
 		if err := setAlg(&x.Spec, alg); err != nil {
 			return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, err)

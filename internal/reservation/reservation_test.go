@@ -20,6 +20,8 @@ func TestRoundTrip(t *testing.T) {
 			{Kind: KindTokens, Refund: true, Spec: bucket.Spec{Name: "q", Algorithm: bucket.Quota, Calendar: bucket.Month, Limit: 5e7, Cost: 268}},
 			{Kind: KindTokens, Spec: bucket.Spec{Name: "d", Algorithm: bucket.Quota, Calendar: bucket.Day, Limit: 5e7, Cost: 268}},
 			{Kind: KindConcurrency, Spec: bucket.Spec{Name: "", Algorithm: bucket.Concurrency, Limit: 8, Period: 10 * time.Minute, Cost: 1}},
+			{Kind: KindTokens, Feedback: true, Spec: bucket.Spec{Name: "pair", Limit: 1000, Period: time.Minute, Cost: 268, Slot: 1}},
+			{Kind: KindRequests, Spec: bucket.Spec{Name: "pair", Limit: 10, Period: time.Minute, Cost: 1, Slot: bucket.MaxSlots}},
 		}}
 	s := Encode(r)
 	got, err := Decode(s)
@@ -38,7 +40,8 @@ func TestRoundTrip(t *testing.T) {
 func TestDecodeRejects(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "r2 openai - 1 2 m", "r1 openai - x 2 m", "r1 openai - 1 2 m t", "r1 openai - 1 2 m x t 1 1 0 1 n",
-		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4"} {
+		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4",
+		"r1 openai - 1 2 m t t0 1 1 0 1 n", "r1 openai - 1 2 m t t5 1 1 0 1 n", "r1 openai - 1 2 m t s1 1 1 0 1 n", "r1 openai - 1 2 m t t12 1 1 0 1 n"} {
 		if _, err := Decode(s); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%q): %v, want ErrMalformed", s, err)
 		}
