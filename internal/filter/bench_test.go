@@ -82,7 +82,8 @@ func sizeName(n int) string { return fmt.Sprintf("%dKB", n>>10) }
 // BenchmarkHotPath measures the pieces of one decision, each on its own, on the in-memory store:
 // decode (the service's reader of the CheckRequest's encoding; decode-proto is protobuf's full
 // decoding, which the no-op floor pays), price (the Estimator), decide (CheckBytes: decode,
-// parse, price, plan, take, answer) and encode (AppendResponse; encode-proto is proto.Marshal).
+// parse, price, plan, take, answer) and encode (AppendAnswer; encode-proto is proto.Marshal of
+// Answer.Response).
 // The Redis round trip is measured by bucket.BenchmarkRedis and the whole path under load by
 // cmd/loadgen.
 func BenchmarkHotPath(b *testing.B) {
@@ -131,9 +132,9 @@ func BenchmarkHotPath(b *testing.B) {
 			b.SetBytes(int64(len(wire)))
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := e.f.CheckBytes(ctx, wire)
-				if err != nil || resp.GetOkResponse() == nil {
-					b.Fatalf("Check: %v %v", resp, err)
+				a, err := e.f.CheckBytes(ctx, wire)
+				if err != nil || a.Decision() != decisionAllowed {
+					b.Fatalf("Check: %v %v", a, err)
 				}
 			}
 		})
@@ -149,9 +150,9 @@ func BenchmarkHotPath(b *testing.B) {
 	b.Run("deny/1KB", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			resp, err := e.f.CheckBytes(ctx, denied)
-			if err != nil || resp.GetDeniedResponse().GetStatus().GetCode() != 429 {
-				b.Fatalf("Check: %v %v", resp, err)
+			a, err := e.f.CheckBytes(ctx, denied)
+			if err != nil || a.Decision() != decisionDenied {
+				b.Fatalf("Check: %v %v", a, err)
 			}
 		}
 	})
@@ -160,21 +161,19 @@ func BenchmarkHotPath(b *testing.B) {
 		if tenant != "t-042" {
 			name = "encode/denied"
 		}
-		resp, err := e.f.Check(ctx, benchRequest(b, 1<<10, tenant))
-		if err == nil && tenant != "t-042" {
-			resp, err = e.f.Check(ctx, benchRequest(b, 1<<10, tenant)) // the second one is denied
-		}
-		if err != nil {
-			b.Fatal(err)
+		a := e.answer(b, ctx, benchRequest(b, 1<<10, tenant))
+		if tenant != "t-042" {
+			a = e.answer(b, ctx, benchRequest(b, 1<<10, tenant)) // the second one is denied
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := AppendResponse(nil, resp); !ok {
-					b.Fatal("AppendResponse declined")
+				if _, ok := AppendAnswer(nil, a); !ok {
+					b.Fatal("AppendAnswer declined")
 				}
 			}
 		})
+		resp := a.Response()
 		b.Run(strings.Replace(name, "encode", "encode-proto", 1), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -199,15 +198,14 @@ func TestHotPathBenchmarkSmoke(t *testing.T) {
 		}
 	}
 	e.f.Check(ctx, benchRequest(t, 1<<10, "deny-1")) //nolint:errcheck // spends the budget
-	resp, err := e.f.Check(ctx, benchRequest(t, 1<<10, "deny-1"))
-	if err != nil || decision(resp) != decisionDenied {
-		t.Fatalf("deny tenant: %v %v, want denied", decision(resp), err)
+	a := e.answer(t, ctx, benchRequest(t, 1<<10, "deny-1"))
+	if a.Decision() != decisionDenied {
+		t.Fatalf("deny tenant: %v, want denied", a.Decision())
 	}
-	checkEncoding(t, resp)
 	res := testing.Benchmark(func(b *testing.B) {
 		for b.Loop() {
-			if _, ok := AppendResponse(nil, resp); !ok {
-				b.Fatal("AppendResponse declined")
+			if _, ok := AppendAnswer(nil, a); !ok {
+				b.Fatal("AppendAnswer declined")
 			}
 		}
 	})

@@ -4,7 +4,7 @@
 // OK that carries the rate-limit headers, or a denial in the provider's own error format.
 //
 // The service reads each CheckRequest in place from its protobuf encoding (CheckBytes; Check is
-// the same decision for a decoded request) and encodes its answers by hand (AppendResponse):
+// the same decision for a decoded request) and encodes its answers by hand (AppendAnswer):
 // protobuf's generic decoding and encoding cost more than the rest of a decision but pricing.
 //
 // Over the limit is a decision, not an error: a denial is a successful RPC. Only a request that is

@@ -8,7 +8,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 )
 
 // The answers are encoded by hand: they use a handful of fields of a handful of messages, and
@@ -42,17 +43,25 @@ const (
 	fieldListValues   = 1 // ListValue.values
 )
 
-// AppendResponse appends the protobuf encoding of resp to b, growing b once, by exactly the
-// encoding's size. It writes the fields the filter's answers use (answers are built, never
-// decoded: they carry no unknown fields); when resp sets any other, or holds a string that is not
-// valid UTF-8 (which protobuf refuses to encode), it returns b unchanged and false, and the
-// caller encodes resp with proto.Marshal instead. Both encodings decode to the same message
-// (TestAppendResponseKnowsEveryField keeps the list of fields current). Safe for concurrent use.
-func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
-	if resp == nil {
+// AppendAnswer appends the protobuf encoding of a's CheckResponse to b, growing b once, by
+// exactly the encoding's size. It writes the fields the filter's answers use (answers are built,
+// never decoded: they carry no unknown fields), the metadata straight from its values; when the
+// response sets any other field, or holds a string that is not valid UTF-8 (which protobuf
+// refuses to encode), it returns b unchanged and false, and the caller encodes a.Response() with
+// proto.Marshal instead. Both encodings decode to the same message (TestAppendAnswer;
+// TestAppendResponseKnowsEveryField keeps the list of fields current). Safe for concurrent use.
+func AppendAnswer(b []byte, a *Answer) ([]byte, bool) {
+	if a == nil || a.resp == nil {
 		return b, false
 	}
-	var st, denied, ok, md int
+	var scratch [1024]byte // the metadata, whose size the response's framing needs first
+	return appendResponse(b, a.resp, a.meta.append(scratch[:0]))
+}
+
+// appendResponse is AppendAnswer for resp (its DynamicMetadata ignored) and md, the encoding of
+// the metadata Struct's fields.
+func appendResponse(b []byte, resp *authv3.CheckResponse, md []byte) ([]byte, bool) {
+	var st, denied, ok int
 	var supported bool
 	if st, supported = statusSize(resp); !supported {
 		return b, false
@@ -70,13 +79,8 @@ func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
 	default:
 		return b, false
 	}
-	if resp.DynamicMetadata != nil {
-		if md, supported = structSize(resp.DynamicMetadata); !supported {
-			return b, false
-		}
-	}
 
-	total := 0
+	total := lenSize(fieldRespMetadata, len(md))
 	if resp.Status != nil {
 		total += lenSize(fieldRespStatus, st)
 	}
@@ -85,9 +89,6 @@ func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
 		total += lenSize(fieldRespDenied, denied)
 	case *authv3.CheckResponse_OkResponse:
 		total += lenSize(fieldRespOK, ok)
-	}
-	if resp.DynamicMetadata != nil {
-		total += lenSize(fieldRespMetadata, md)
 	}
 	b = slices.Grow(b, total)
 
@@ -116,11 +117,8 @@ func AppendResponse(b []byte, resp *authv3.CheckResponse) ([]byte, bool) {
 			b = appendOption(b, fieldOKResponseHeaders, h)
 		}
 	}
-	if resp.DynamicMetadata != nil {
-		b = appendLen(b, fieldRespMetadata, md)
-		b = appendStruct(b, resp.DynamicMetadata)
-	}
-	return b, true
+	b = appendLen(b, fieldRespMetadata, len(md))
+	return append(b, md...), true
 }
 
 func appendLen(b []byte, num protowire.Number, n int) []byte {
@@ -251,100 +249,63 @@ func appendOption(b []byte, num protowire.Number, h *corev3.HeaderValueOption) [
 	return b
 }
 
-// structSize sizes a Struct whose values are strings, numbers, bools and lists of them, and
-// checks that its strings are valid UTF-8.
-func structSize(s *structpb.Struct) (int, bool) {
-	n := 0
-	for k, v := range s.Fields {
-		if !validValue(v) || !utf8.ValidString(k) {
-			return 0, false
+// The metadata (metadata.append) is the entries of a Struct's fields map: each a key and a
+// Value, a string, number, bool or list of strings. These append one entry each; they take and
+// return the buffer, so that a buffer on the caller's stack stays there.
+
+// appendEntry starts the map entry of key k whose Value is vs bytes.
+func appendEntry(b []byte, k string, vs int) []byte {
+	b = appendLen(b, fieldStructFields, lenSize(fieldMapKey, len(k))+lenSize(fieldMapValue, vs))
+	b = appendTag(b, fieldMapKey, protowire.BytesType)
+	b = appendString(b, k)
+	return appendLen(b, fieldMapValue, vs)
+}
+
+// appendStrEntry writes a string, made valid UTF-8 (as protobuf requires).
+func appendStrEntry(b []byte, k, v string) []byte {
+	v = validUTF8(v)
+	b = appendEntry(b, k, lenSize(fieldValueString, len(v)))
+	b = appendTag(b, fieldValueString, protowire.BytesType)
+	return appendString(b, v)
+}
+
+// appendASCIIEntry writes a string of printable ASCII, given as bytes.
+func appendASCIIEntry(b []byte, k string, v []byte) []byte {
+	b = appendEntry(b, k, lenSize(fieldValueString, len(v)))
+	b = appendTag(b, fieldValueString, protowire.BytesType)
+	b = appendVarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+func appendNumEntry(b []byte, k string, v float64) []byte {
+	b = appendEntry(b, k, tagSize+8)
+	b = appendTag(b, fieldValueNumber, protowire.Fixed64Type)
+	return protowire.AppendFixed64(b, math.Float64bits(v))
+}
+
+func appendBoolEntry(b []byte, k string, v bool) []byte {
+	b = appendEntry(b, k, tagSize+1)
+	b = appendTag(b, fieldValueBool, protowire.VarintType)
+	return appendVarint(b, protowire.EncodeBool(v))
+}
+
+// appendNamesEntry writes the list of the names of specs, each once where neighbours share one
+// (a rule's tokens and requests, kindPair), made valid UTF-8.
+func appendNamesEntry(b []byte, k string, specs []bucket.Spec) []byte {
+	list := 0
+	for i := range specs {
+		if i == 0 || specs[i].Name != specs[i-1].Name {
+			list += lenSize(fieldListValues, lenSize(fieldValueString, len(validUTF8(specs[i].Name))))
 		}
-		n += lenSize(fieldStructFields, entrySize(k, valueSize(v)))
 	}
-	return n, true
-}
-
-// validValue reports whether v is a string, number, bool, or list of those, and its strings are
-// valid UTF-8.
-func validValue(v *structpb.Value) bool {
-	if v == nil {
-		return false
-	}
-	switch k := v.Kind.(type) {
-	case *structpb.Value_StringValue:
-		return utf8.ValidString(k.StringValue)
-	case *structpb.Value_NumberValue, *structpb.Value_BoolValue:
-		return true
-	case *structpb.Value_ListValue:
-		if k.ListValue == nil {
-			return false
-		}
-		for _, e := range k.ListValue.Values {
-			if _, nested := e.GetKind().(*structpb.Value_ListValue); nested || !validValue(e) {
-				return false // nested lists are not used by the answers
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// entrySize is the size of a map entry with key k and a message value of vs bytes.
-func entrySize(k string, vs int) int {
-	return lenSize(fieldMapKey, len(k)) + lenSize(fieldMapValue, vs)
-}
-
-// valueSize is the size of a Value that validValue accepted.
-func valueSize(v *structpb.Value) int {
-	switch k := v.Kind.(type) {
-	case *structpb.Value_StringValue:
-		return lenSize(fieldValueString, len(k.StringValue))
-	case *structpb.Value_NumberValue:
-		return tagSize + 8
-	case *structpb.Value_BoolValue:
-		return tagSize + 1
-	case *structpb.Value_ListValue:
-		return lenSize(fieldValueList, listSize(k.ListValue))
-	}
-	return 0
-}
-
-func listSize(l *structpb.ListValue) int {
-	n := 0
-	for _, v := range l.Values {
-		n += lenSize(fieldListValues, valueSize(v))
-	}
-	return n
-}
-
-func appendStruct(b []byte, s *structpb.Struct) []byte {
-	for k, v := range s.Fields {
-		vs := valueSize(v)
-		b = appendLen(b, fieldStructFields, entrySize(k, vs))
-		b = appendTag(b, fieldMapKey, protowire.BytesType)
-		b = appendString(b, k)
-		b = appendLen(b, fieldMapValue, vs)
-		b = appendValue(b, v)
-	}
-	return b
-}
-
-func appendValue(b []byte, v *structpb.Value) []byte {
-	switch k := v.Kind.(type) {
-	case *structpb.Value_StringValue:
-		b = appendTag(b, fieldValueString, protowire.BytesType)
-		b = appendString(b, k.StringValue)
-	case *structpb.Value_NumberValue:
-		b = appendTag(b, fieldValueNumber, protowire.Fixed64Type)
-		b = protowire.AppendFixed64(b, math.Float64bits(k.NumberValue))
-	case *structpb.Value_BoolValue:
-		b = appendTag(b, fieldValueBool, protowire.VarintType)
-		b = appendVarint(b, protowire.EncodeBool(k.BoolValue))
-	case *structpb.Value_ListValue:
-		b = appendLen(b, fieldValueList, listSize(k.ListValue))
-		for _, e := range k.ListValue.Values {
-			b = appendLen(b, fieldListValues, valueSize(e))
-			b = appendValue(b, e)
+	b = appendEntry(b, k, lenSize(fieldValueList, list))
+	b = appendLen(b, fieldValueList, list)
+	for i := range specs {
+		if i == 0 || specs[i].Name != specs[i-1].Name {
+			name := validUTF8(specs[i].Name)
+			b = appendLen(b, fieldListValues, lenSize(fieldValueString, len(name)))
+			b = appendTag(b, fieldValueString, protowire.BytesType)
+			b = appendString(b, name)
 		}
 	}
 	return b

@@ -243,21 +243,26 @@ func marshal(req *authv3.CheckRequest) ([]byte, error) {
 	return data, nil
 }
 
-// Check decides one request: CheckBytes of its encoding. The service serves CheckBytes, which
-// reads the encoded request in place; Check is for callers that hold a decoded one.
+// Check decides one request: CheckBytes of its encoding, its answer as a CheckResponse. The
+// service serves CheckBytes, which reads the encoded request in place and whose answer is
+// encoded by AppendAnswer; Check is for callers that hold a decoded request.
 func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	data, err := marshal(req)
 	if err != nil {
 		f.m.error(reasonMalformed)
 		return nil, err
 	}
-	return f.CheckBytes(ctx, data)
+	a, err := f.CheckBytes(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	return a.Response(), nil
 }
 
 // CheckBytes decides one request, given as the protobuf encoding of a CheckRequest. It reads
 // data in place: data must not change until CheckBytes returns (the answer does not refer to it).
 // A malformed encoding is an InvalidArgument error, like a request without HTTP attributes.
-func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*authv3.CheckResponse, error) {
+func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	start := f.opts.Now()
 	p := f.policy.Load()
 	var w wireRequest
@@ -389,7 +394,7 @@ func (f *Filter) holdable(ctx context.Context, want time.Duration, maxHeld int) 
 }
 
 // storeFailed applies failure.mode when the shared store cannot decide.
-func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, est *tokens.Estimate, pl *plan, err error) (*authv3.CheckResponse, error) {
+func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, est *tokens.Estimate, pl *plan, err error) (*Answer, error) {
 	if errors.Is(err, errBreakerOpen) {
 		// The breaker logged the outage once: no line per request.
 		f.m.error(reasonBreakerOpen)
@@ -479,10 +484,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// finish records the decision and returns resp.
-func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, resp *authv3.CheckResponse) *authv3.CheckResponse {
+// finish records the decision and returns a.
+func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answer) *Answer {
 	d := f.opts.Now().Sub(start)
-	dec := decisionOf(resp)
+	dec := a.meta.decision
 	f.m.decided(est, pl, dec, d)
 	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		fields := []zap.Field{
@@ -506,7 +511,7 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, resp *a
 		}
 		ce.Write(fields...)
 	}
-	return resp
+	return a
 }
 
 // providerOfPath guesses the provider from the path alone, for answers given before pricing.

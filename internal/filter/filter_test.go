@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
@@ -104,12 +105,23 @@ func loadRequest(t testing.TB, name string) *authv3.CheckRequest {
 
 func (e *env) check(t testing.TB, name string) *authv3.CheckResponse {
 	t.Helper()
-	resp, err := e.f.Check(context.Background(), loadRequest(t, name))
+	return e.answer(t, context.Background(), loadRequest(t, name)).Response()
+}
+
+// answer decides req as the service does (CheckBytes of its encoding) and checks the answer's
+// encoding (checkEncoding).
+func (e *env) answer(t testing.TB, ctx context.Context, req *authv3.CheckRequest) *Answer {
+	t.Helper()
+	data, err := proto.Marshal(req)
 	if err != nil {
-		t.Fatalf("Check(%s): %v", name, err)
+		t.Fatal(err)
 	}
-	checkEncoding(t, resp)
-	return resp
+	a, err := e.f.CheckBytes(ctx, data)
+	if err != nil {
+		t.Fatalf("CheckBytes: %v", err)
+	}
+	checkEncoding(t, a)
+	return a
 }
 
 func decision(resp *authv3.CheckResponse) string { return decisionOf(resp) }

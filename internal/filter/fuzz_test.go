@@ -116,16 +116,17 @@ func FuzzCheck(f *testing.F) {
 			}
 			return
 		}
-		if resp == nil || resp.GetStatus() == nil {
-			t.Fatalf("Check answered %v", resp)
+		checkEncoding(t, resp)
+		r := resp.Response()
+		if r.GetStatus() == nil {
+			t.Fatalf("Check answered %v", r)
 		}
-		if d := decisionOf(resp); d == "" {
-			t.Fatalf("answer without a decision: %v", resp)
+		if d := decisionOf(r); d == "" || d != resp.Decision() {
+			t.Fatalf("answer with decision %q (%q): %v", d, resp.Decision(), r)
 		}
-		if c := resp.GetDynamicMetadata().GetFields()["cost"].GetNumberValue(); c < 0 {
+		if c := r.GetDynamicMetadata().GetFields()["cost"].GetNumberValue(); c < 0 {
 			t.Fatalf("negative cost %v", c)
 		}
-		checkEncoding(t, resp)
 		e.clock.Add(time.Second) // let the buckets refill so that later inputs reach the store
 	})
 }

@@ -4,8 +4,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"google.golang.org/protobuf/types/known/structpb"
-
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -41,14 +39,20 @@ func needsLease(req *bucket.Request) bool {
 	return false
 }
 
-// reservation encodes what the request holds in the shared store, for the response path
-// (internal/reconcile): nil unless the enforced buckets were debited there.
-func (pl *plan) reservation(est *tokens.Estimate) *structpb.Value {
+// appendReservation appends the encoding of what the request holds in the shared store, for the
+// response path (internal/reconcile): nothing unless the enforced buckets were debited there.
+func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 	if !pl.debited || len(pl.enforced.Buckets) == 0 {
-		return nil
+		return b
 	}
+	var buf [8]reservation.Bucket
 	r := reservation.Reservation{Tag: pl.enforced.Tag, Lease: pl.enforced.Lease, Model: est.Model,
-		Prompt: est.PromptTokens, Output: est.OutputTokens, Buckets: make([]reservation.Bucket, len(pl.enforced.Buckets))}
+		Prompt: est.PromptTokens, Output: est.OutputTokens, Buckets: buf[:0]}
+	if n := len(pl.enforced.Buckets); n <= len(buf) {
+		r.Buckets = buf[:n]
+	} else {
+		r.Buckets = make([]reservation.Bucket, n)
+	}
 	for i, s := range pl.enforced.Buckets {
 		b := &r.Buckets[i]
 		b.Spec = s
@@ -59,7 +63,7 @@ func (pl *plan) reservation(est *tokens.Estimate) *structpb.Value {
 			b.Refund = b.Kind == kindTokens && pl.owners[i].rule.Refund
 		}
 	}
-	return structpb.NewStringValue(reservation.Encode(&r))
+	return reservation.Append(b, &r)
 }
 
 // localShare is the buckets of a decision taken from the local fallback store: leases are only

@@ -13,6 +13,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
@@ -80,67 +81,54 @@ func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOpti
 	return out
 }
 
-// values hands out the metadata's structpb values from shared backing arrays: a few
-// allocations per answer instead of two per value. A value is never copied once handed out;
-// when an array runs out, values are allocated one by one.
-type values struct {
-	vals []structpb.Value
-	strs []structpb.Value_StringValue
-	nums []structpb.Value_NumberValue
+// Answer is one decision's reply to Check: a CheckResponse whose dynamic metadata is kept as
+// values until it is encoded, straight to the wire by AppendAnswer on the service's path (no
+// Struct, map or Value is built for it: they were most of the answer's allocations), or decoded
+// into a Struct by Response.
+type Answer struct {
+	resp *authv3.CheckResponse // without DynamicMetadata
+	meta metadata
 }
 
-// newValues has room for strs strings and nums numbers.
-func newValues(strs, nums int) *values {
-	return &values{vals: make([]structpb.Value, strs+nums), strs: make([]structpb.Value_StringValue, strs), nums: make([]structpb.Value_NumberValue, nums)}
-}
-
-// next hands out the first element of *arr, or a new one when it is used up.
-func next[T any](arr *[]T) *T {
-	if len(*arr) == 0 {
-		return new(T)
+// Response returns the answer as a CheckResponse, its metadata decoded into a Struct from the
+// encoding AppendAnswer writes. It returns the same message on every call.
+func (a *Answer) Response() *authv3.CheckResponse {
+	if a.resp.DynamicMetadata == nil {
+		md := &structpb.Struct{}
+		if err := proto.Unmarshal(a.meta.append(nil), md); err != nil {
+			// Not reached: every string is made valid UTF-8 (TestAppendAnswer).
+			md = &structpb.Struct{Fields: map[string]*structpb.Value{
+				"decision":       structpb.NewStringValue(a.meta.decision),
+				"metadata_error": structpb.NewStringValue(err.Error()),
+			}}
+		}
+		a.resp.DynamicMetadata = md
 	}
-	e := &(*arr)[0]
-	*arr = (*arr)[1:]
-	return e
+	return a.resp
 }
 
-func (a *values) str(s string) *structpb.Value {
-	k := next(&a.strs)
-	k.StringValue = s
-	v := next(&a.vals)
-	v.Kind = k
-	return v
-}
+// Decision is the answer's decision, as in its metadata and metrics ("allowed", "denied"...).
+func (a *Answer) Decision() string { return a.meta.decision }
 
-func (a *values) num(x float64) *structpb.Value {
-	k := next(&a.nums)
-	k.NumberValue = x
-	v := next(&a.vals)
-	v.Kind = k
-	return v
-}
-
-func okResponse(hdrs []*corev3.HeaderValueOption, md *structpb.Struct) *authv3.CheckResponse {
-	return &authv3.CheckResponse{
+func okResponse(hdrs []*corev3.HeaderValueOption, md metadata) *Answer {
+	return &Answer{resp: &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(codes.OK)},
 		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
 			ResponseHeadersToAdd: hdrs,
 		}},
-		DynamicMetadata: md,
-	}
+	}, meta: md}
 }
 
-func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev3.HeaderValueOption, body []byte, md *structpb.Struct) *authv3.CheckResponse {
+func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev3.HeaderValueOption, body []byte, md metadata) *Answer {
 	hdrs = append(hdrs, header("content-type", "application/json"))
-	return &authv3.CheckResponse{
+	return &Answer{resp: &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(code)},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 			Status:  &typev3.HttpStatus{Code: httpStatus},
 			Headers: hdrs,
 			Body:    string(body),
 		}},
-		DynamicMetadata: md,
-	}
+	}, meta: md}
 }
 
 // errorBody renders an error in the provider's own format, which its SDKs parse:
@@ -180,7 +168,7 @@ func errorBody(p tokens.Provider, openaiType, openaiCode, anthropicType, msg str
 
 // rateLimitedResponse is the 429 of a denial: Retry-After in whole seconds rounded up and in
 // milliseconds, the x-ratelimit headers, and a message naming the exhausted limit.
-func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wait time.Duration) *authv3.CheckResponse {
+func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wait time.Duration) *Answer {
 	ms := (wait + time.Millisecond - 1) / time.Millisecond
 	secs := (wait + time.Second - 1) / time.Second
 	if secs < 1 {
@@ -211,7 +199,7 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 
 // tooLargeResponse answers a request that can never fit: 413, no Retry-After, and
 // x-should-retry: false so that the SDKs do not retry it.
-func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *authv3.CheckResponse {
+func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answer {
 	msg := "Request too large for the configured limits."
 	if i := res.Blocking; i >= 0 && i < len(pl.owners) {
 		o := pl.owners[i]
@@ -228,7 +216,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *authv
 
 // unavailableResponse answers while the store cannot decide and failure.mode denies: 503, which
 // the SDKs retry.
-func unavailableResponse(est *tokens.Estimate, pl *plan) *authv3.CheckResponse {
+func unavailableResponse(est *tokens.Estimate, pl *plan) *Answer {
 	body := errorBody(est.Provider, "server_error", "rate_limiter_unavailable", "api_error",
 		"The rate limiter cannot reach its store. Please try again shortly.")
 	hdrs := []*corev3.HeaderValueOption{header("retry-after", "1"), header("x-should-retry", "true")}
@@ -236,64 +224,67 @@ func unavailableResponse(est *tokens.Estimate, pl *plan) *authv3.CheckResponse {
 }
 
 // badRouteResponse answers a request whose route carries invalid context_extensions: 500.
-func badRouteResponse(est *tokens.Estimate, err error) *authv3.CheckResponse {
+func badRouteResponse(est *tokens.Estimate, err error) *Answer {
 	body := errorBody(est.Provider, "server_error", "rate_limiter_misconfigured", "api_error",
 		"The rate limiter's route configuration is invalid: "+err.Error())
 	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
 	return deniedResponse(codes.Internal, typev3.StatusCode_InternalServerError, hdrs, body, (*plan)(nil).metadata(est, decisionBadRoute, 0))
 }
 
-// metadata describes the decision and the reservation for access logs and the response path.
-func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Duration) *structpb.Struct {
-	// At most 9 strings (and the bucket names) and 4 numbers; exact is a bool.
-	strs := 9
-	if pl != nil {
-		strs += len(pl.enforced.Buckets)
-	}
-	a := newValues(strs, 4)
-	f := make(map[string]*structpb.Value, 13) // an allowed answer's fields: one allocation, no growth
-	f["decision"] = a.str(decision)
-	f["provider"] = a.str(est.Provider.String())
-	f["api"] = a.str(est.API.String())
-	f["model"] = a.str(safeLabel(est.Model))
-	f["prompt_tokens"] = a.num(float64(est.PromptTokens))
-	f["output_tokens"] = a.num(float64(est.OutputTokens))
-	f["cost"] = a.num(float64(est.Cost()))
-	f["exact"] = structpb.NewBoolValue(est.Exact)
+// metadata describes the decision and the reservation for access logs and the response path:
+// the values of the answer's dynamic metadata, which fields lists.
+type metadata struct {
+	decision string
+	est      tokens.Estimate
+	pl       *plan // nil: no rules applied (a bad route)
+	wait     time.Duration
+}
+
+// metadata is the metadata of an answer of pl (which may be nil).
+func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Duration) metadata {
+	return metadata{decision: decision, est: *est, pl: pl, wait: wait}
+}
+
+// append appends the metadata's encoding, the fields of a Struct: the one list of what the
+// metadata holds. It is the only encoding: Response decodes it into a Struct.
+func (m *metadata) append(b []byte) []byte {
+	est, pl := &m.est, m.pl
+	b = appendStrEntry(b, "decision", m.decision)
+	b = appendStrEntry(b, "provider", est.Provider.String())
+	b = appendStrEntry(b, "api", est.API.String())
+	b = appendStrEntry(b, "model", safeLabel(est.Model))
+	b = appendNumEntry(b, "prompt_tokens", float64(est.PromptTokens))
+	b = appendNumEntry(b, "output_tokens", float64(est.OutputTokens))
+	b = appendNumEntry(b, "cost", float64(est.Cost()))
+	b = appendBoolEntry(b, "exact", est.Exact)
 	if est.Reason != "" {
-		f["estimate_reason"] = a.str(string(est.Reason))
+		b = appendStrEntry(b, "estimate_reason", string(est.Reason))
 	}
 	if pl != nil {
-		f["rules"] = a.str(pl.ruleNames())
-		f["tag"] = a.str(pl.enforced.Tag)
-		if len(pl.enforced.Buckets) > 0 && (decision == decisionAllowed || decision == decisionDelayed) {
-			// A rule's tokens and requests buckets share a name (kindPair): listed once.
-			names := make([]*structpb.Value, 0, len(pl.enforced.Buckets))
-			for i, b := range pl.enforced.Buckets {
-				if i == 0 || b.Name != pl.enforced.Buckets[i-1].Name {
-					names = append(names, a.str(validUTF8(b.Name)))
-				}
-			}
-			f["buckets"] = structpb.NewListValue(&structpb.ListValue{Values: names})
+		b = appendStrEntry(b, "rules", pl.ruleNames())
+		b = appendStrEntry(b, "tag", pl.enforced.Tag)
+		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {
+			b = appendNamesEntry(b, "buckets", pl.enforced.Buckets)
 		}
-		if b := pl.blocking(); b != "" {
-			f["limit"] = a.str(b)
+		if l := pl.blocking(); l != "" {
+			b = appendStrEntry(b, "limit", l)
 		}
-		if r := pl.reservation(est); r != nil {
-			f[reservation.MetadataKey] = r
+		var rs [512]byte
+		if r := pl.appendReservation(rs[:0], est); len(r) > 0 {
+			b = appendASCIIEntry(b, reservation.MetadataKey, r)
 		}
 		if len(pl.shadow.Buckets) > 0 || pl.shadowAll {
 			o := pl.shadowOutcome
 			if pl.shadowAll {
 				o = pl.result.Outcome
 			}
-			f["shadow_outcome"] = a.str(o.String())
+			b = appendStrEntry(b, "shadow_outcome", o.String())
 		}
 	}
-	if wait > 0 {
-		f["wait_ms"] = a.num(float64(wait.Milliseconds()))
+	if m.wait > 0 {
+		b = appendNumEntry(b, "wait_ms", float64(m.wait.Milliseconds()))
 	}
-	return &structpb.Struct{Fields: f}
+	return b
 }
 
 // validUTF8 is s with invalid UTF-8 replaced, for metadata strings that may carry a client's
@@ -332,7 +323,7 @@ func safeLabel(s string) string {
 	return string(b)
 }
 
-// decisionOf reads the decision back from an answer's metadata.
+// decisionOf reads the decision back from a CheckResponse's metadata.
 func decisionOf(resp *authv3.CheckResponse) string {
 	if v, ok := resp.GetDynamicMetadata().GetFields()["decision"]; ok {
 		return v.GetStringValue()

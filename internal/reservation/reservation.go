@@ -56,48 +56,47 @@ const version = "r1"
 // every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
 // releases ignore them.
 func Encode(r *Reservation) string {
-	var b strings.Builder
-	b.Grow(64 + 48*len(r.Buckets))
-	b.WriteString(version)
-	b.WriteByte(' ')
-	escape(&b, r.Tag)
-	b.WriteByte(' ')
+	return string(Append(make([]byte, 0, 64+48*len(r.Buckets)), r))
+}
+
+// Append appends Encode's text of r to b.
+func Append(b []byte, r *Reservation) []byte {
+	b = append(b, version...)
+	b = append(b, ' ')
+	b = escape(b, r.Tag)
+	b = append(b, ' ')
 	if r.Lease == "" {
-		b.WriteByte('-')
+		b = append(b, '-')
 	} else {
-		b.WriteString(r.Lease)
+		b = append(b, r.Lease...)
 	}
-	var num [20]byte
-	for _, v := range []int64{r.Prompt, r.Output} {
-		b.WriteByte(' ')
-		b.Write(strconv.AppendInt(num[:0], v, 10))
-	}
-	b.WriteByte(' ')
-	escape(&b, r.Model)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.Prompt, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, r.Output, 10)
+	b = append(b, ' ')
+	b = escape(b, r.Model)
 	for i := range r.Buckets {
 		x := &r.Buckets[i]
 		s := &x.Spec
-		b.WriteByte(' ')
-		b.WriteByte(x.Kind)
-		b.WriteByte(' ')
-		b.WriteByte(algCode(s))
+		b = append(b, ' ', x.Kind, ' ', algCode(s))
 		if s.Slot > 0 {
-			b.WriteByte('0' + s.Slot)
+			b = append(b, '0'+s.Slot)
 		}
 		if x.Feedback {
-			b.WriteByte('f')
+			b = append(b, 'f')
 		}
 		if x.Refund {
-			b.WriteByte('u')
+			b = append(b, 'u')
 		}
-		for _, v := range []int64{s.Limit, s.Period.Milliseconds(), s.Burst, s.Cost} {
-			b.WriteByte(' ')
-			b.Write(strconv.AppendInt(num[:0], v, 10))
+		for _, v := range [...]int64{s.Limit, s.Period.Milliseconds(), s.Burst, s.Cost} {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, v, 10)
 		}
-		b.WriteByte(' ')
-		escape(&b, s.Name)
+		b = append(b, ' ')
+		b = escape(b, s.Name)
 	}
-	return b.String()
+	return b
 }
 
 // ErrMalformed wraps every decoding error.
@@ -212,22 +211,20 @@ func setAlg(s *bucket.Spec, code string) error {
 	return nil
 }
 
-func escape(b *strings.Builder, s string) {
+func escape(b []byte, s string) []byte {
 	if s == "" {
-		b.WriteString("%")
-		return
+		return append(b, '%')
 	}
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c <= ' ' || c > '~' || c == '%' {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
+			b = append(b, '%', hex[c>>4], hex[c&15])
 			continue
 		}
-		b.WriteByte(c)
+		b = append(b, c)
 	}
+	return b
 }
 
 func unescape(s string) (string, error) {

@@ -18,8 +18,9 @@ import (
 //   - a Check request is not decoded: the handler gets its encoding (checkRequest), which
 //     filter.CheckBytes reads in place, instead of a tree of messages, a map of every header and
 //     copies of every string and of the body;
-//   - a CheckResponse is encoded by filter.AppendResponse, written for the fields the answers
-//     use, rather than by reflection.
+//   - an answer (filter.Answer) is encoded by filter.AppendAnswer, written for the fields the
+//     answers use, its metadata straight from its values, rather than by reflection over a tree
+//     of messages.
 //
 // Everything else (health, reflection, the response path's ext_proc stream) goes through
 // gRPC's own codec. It is safe for concurrent use.
@@ -30,10 +31,11 @@ type codec struct {
 func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name)} }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if resp, ok := v.(*authv3.CheckResponse); ok {
-		if b, ok := filter.AppendResponse(nil, resp); ok {
+	if a, ok := v.(*filter.Answer); ok {
+		if b, ok := filter.AppendAnswer(nil, a); ok {
 			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 		}
+		v = a.Response()
 	}
 	return c.proto.Marshal(v)
 }
@@ -61,7 +63,7 @@ type checkRequest struct {
 var authorizationService = grpc.ServiceDesc{
 	ServiceName: authv3.Authorization_ServiceDesc.ServiceName,
 	HandlerType: (*interface {
-		CheckBytes(context.Context, []byte) (*authv3.CheckResponse, error)
+		CheckBytes(context.Context, []byte) (*filter.Answer, error)
 	})(nil),
 	Methods:  []grpc.MethodDesc{{MethodName: "Check", Handler: checkHandler}},
 	Metadata: authv3.Authorization_ServiceDesc.Metadata,
