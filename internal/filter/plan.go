@@ -41,12 +41,18 @@ type plan struct {
 	result        bucket.Result
 	// debited is true once the shared store debited the enforced buckets (the reservation).
 	debited bool
+	// Room for the common plan (one or two rules of two buckets each), so that building it
+	// allocates nothing but the plan itself.
+	bucketsBuf [4]bucket.Spec
+	ownersBuf  [4]owner
+	rulesBuf   [2]*config.Rule
 }
 
 // plan finds the rules that apply to r and the buckets they debit.
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
 	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow}
+	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
 	provider := est.Provider.String()
 	pl.enforced.Tag = provider
 	pl.shadow.Tag = provider

@@ -49,34 +49,79 @@ func header(k, v string) *corev3.HeaderValueOption {
 // "20ms"): Go's duration format, to the millisecond, rounded up like retry-after-ms, so that
 // a client waiting what the message says is never early.
 func resetString(d time.Duration) string {
+	var buf [32]byte
+	return string(appendReset(buf[:0], d))
+}
+
+// appendReset appends resetString(d): Duration.String of d rounded up to the millisecond,
+// written here for whole milliseconds so that it needs no string of its own
+// (TestAppendReset holds it to Duration.String).
+func appendReset(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0s"
+		return append(b, "0s"...)
 	}
-	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1000 {
+		return append(strconv.AppendInt(b, ms, 10), "ms"...)
+	}
+	h, m, s, frac := ms/3_600_000, ms/60_000%60, ms/1000%60, ms%1000
+	if h > 0 {
+		b = append(strconv.AppendInt(b, h, 10), 'h')
+	}
+	if h > 0 || m > 0 {
+		b = append(strconv.AppendInt(b, m, 10), 'm')
+	}
+	b = strconv.AppendInt(b, s, 10)
+	if frac > 0 {
+		digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		n := 3
+		for digits[n-1] == '0' {
+			n--
+		}
+		b = append(append(b, '.'), digits[:n]...)
+	}
+	return append(b, 's')
 }
 
 // headers are the x-ratelimit headers of an answer: for tokens and for requests, the limit,
 // remaining and reset of the bucket of that kind with the least remaining. The six headers share
-// two backing arrays (two allocations instead of twelve); callers append the extra ones.
+// two backing arrays and their values one string (three allocations instead of eighteen);
+// callers append the extra ones.
 func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOption {
-	out := make([]*corev3.HeaderValueOption, 0, 6+extra)
-	opts := make([]corev3.HeaderValueOption, 6)
-	vals := make([]corev3.HeaderValue, 6)
-	add := func(k, v string) {
-		i := len(out)
-		vals[i].Key, vals[i].Value = k, v
+	var keys [6]string
+	var ends [6]int
+	var buf [128]byte
+	text, n := buf[:0], 0
+	for _, k := range [...]struct {
+		kind                  byte
+		limit, remaining, rst string
+	}{
+		{kindTokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
+		{kindRequests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+	} {
+		s, ok := pl.headline(res, k.kind)
+		if !ok {
+			continue
+		}
+		text = strconv.AppendInt(text, s.Limit, 10)
+		keys[n], ends[n] = k.limit, len(text)
+		text = strconv.AppendInt(text, max(s.Remaining, 0), 10)
+		keys[n+1], ends[n+1] = k.remaining, len(text)
+		text = appendReset(text, s.Reset)
+		keys[n+2], ends[n+2] = k.rst, len(text)
+		n += 3
+	}
+	out := make([]*corev3.HeaderValueOption, n, n+extra)
+	if n == 0 {
+		return out
+	}
+	opts := make([]corev3.HeaderValueOption, n)
+	vals := make([]corev3.HeaderValue, n)
+	all, start := string(text), 0
+	for i := range n {
+		vals[i].Key, vals[i].Value = keys[i], all[start:ends[i]]
 		opts[i].Header, opts[i].AppendAction = &vals[i], corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		out = append(out, &opts[i])
-	}
-	if s, ok := pl.headline(res, kindTokens); ok {
-		add("x-ratelimit-limit-tokens", strconv.FormatInt(s.Limit, 10))
-		add("x-ratelimit-remaining-tokens", strconv.FormatInt(max(s.Remaining, 0), 10))
-		add("x-ratelimit-reset-tokens", resetString(s.Reset))
-	}
-	if s, ok := pl.headline(res, kindRequests); ok {
-		add("x-ratelimit-limit-requests", strconv.FormatInt(s.Limit, 10))
-		add("x-ratelimit-remaining-requests", strconv.FormatInt(max(s.Remaining, 0), 10))
-		add("x-ratelimit-reset-requests", resetString(s.Reset))
+		out[i], start = &opts[i], ends[i]
 	}
 	return out
 }
@@ -86,8 +131,18 @@ func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOpti
 // Struct, map or Value is built for it: they were most of the answer's allocations), or decoded
 // into a Struct by Response.
 type Answer struct {
-	resp *authv3.CheckResponse // without DynamicMetadata
+	resp *authv3.CheckResponse // without DynamicMetadata; points into msgs
 	meta metadata
+	// msgs holds the response's messages, one allocation with the Answer.
+	msgs struct {
+		resp       authv3.CheckResponse
+		status     rpcstatus.Status
+		ok         authv3.CheckResponse_OkResponse
+		okHTTP     authv3.OkHttpResponse
+		denied     authv3.CheckResponse_DeniedResponse
+		deniedHTTP authv3.DeniedHttpResponse
+		httpStatus typev3.HttpStatus
+	}
 }
 
 // Response returns the answer as a CheckResponse, its metadata decoded into a Struct from the
@@ -111,24 +166,28 @@ func (a *Answer) Response() *authv3.CheckResponse {
 func (a *Answer) Decision() string { return a.meta.decision }
 
 func okResponse(hdrs []*corev3.HeaderValueOption, md metadata) *Answer {
-	return &Answer{resp: &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			ResponseHeadersToAdd: hdrs,
-		}},
-	}, meta: md}
+	a := &Answer{meta: md}
+	m := &a.msgs
+	m.status.Code = int32(codes.OK)
+	m.okHTTP.ResponseHeadersToAdd = hdrs
+	m.ok.OkResponse = &m.okHTTP
+	m.resp.Status, m.resp.HttpResponse = &m.status, &m.ok
+	a.resp = &m.resp
+	return a
 }
 
 func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev3.HeaderValueOption, body []byte, md metadata) *Answer {
-	hdrs = append(hdrs, header("content-type", "application/json"))
-	return &Answer{resp: &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(code)},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: httpStatus},
-			Headers: hdrs,
-			Body:    string(body),
-		}},
-	}, meta: md}
+	a := &Answer{meta: md}
+	m := &a.msgs
+	m.status.Code = int32(code)
+	m.httpStatus.Code = httpStatus
+	m.deniedHTTP.Status = &m.httpStatus
+	m.deniedHTTP.Headers = append(hdrs, header("content-type", "application/json"))
+	m.deniedHTTP.Body = string(body)
+	m.denied.DeniedResponse = &m.deniedHTTP
+	m.resp.Status, m.resp.HttpResponse = &m.status, &m.denied
+	a.resp = &m.resp
+	return a
 }
 
 // errorBody renders an error in the provider's own format, which its SDKs parse:

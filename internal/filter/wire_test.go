@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -293,6 +294,28 @@ func TestAppendResponseKnowsEveryField(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, k.fields) {
 			t.Errorf("%s has fields %v, AppendAnswer knows %v", k.msg.ProtoReflect().Descriptor().FullName(), got, k.fields)
+		}
+	}
+}
+
+// appendReset writes what Duration.String does for the duration rounded up to the millisecond.
+func TestAppendReset(t *testing.T) {
+	t.Parallel()
+	ds := []time.Duration{-time.Hour, -1, 0, 1, time.Millisecond - 1, time.Millisecond, 999 * time.Millisecond,
+		time.Second, time.Second + 1, 1680 * time.Millisecond, 1005 * time.Millisecond, time.Minute - time.Millisecond,
+		time.Minute, 6 * time.Minute, time.Hour, time.Hour + time.Millisecond, 100*time.Hour + 59*time.Minute + 59*time.Second + 999*time.Millisecond,
+		31 * 24 * time.Hour}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		ds = append(ds, time.Duration(rng.Int64N(int64(200*time.Hour))), time.Duration(rng.Int64N(int64(2*time.Second))))
+	}
+	for _, d := range ds {
+		want := "0s"
+		if d > 0 {
+			want = ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+		}
+		if got := string(appendReset([]byte("x"), d)); got != "x"+want {
+			t.Fatalf("appendReset(%d) = %q, want %q", d, got[1:], want)
 		}
 	}
 }
