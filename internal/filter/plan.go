@@ -41,11 +41,11 @@ type plan struct {
 	result        bucket.Result
 	// debited is true once the shared store debited the enforced buckets (the reservation).
 	debited bool
-	// Room for the common plan (one or two rules of two buckets each), so that building it
-	// allocates nothing but the plan itself.
-	bucketsBuf [4]bucket.Spec
-	ownersBuf  [4]owner
-	rulesBuf   [2]*config.Rule
+	// Room for the common plan (one rule of two buckets), so that building it allocates
+	// nothing but the plan itself.
+	bucketsBuf [2]bucket.Spec
+	ownersBuf  [2]owner
+	rulesBuf   [1]*config.Rule
 }
 
 // plan finds the rules that apply to r and the buckets they debit.

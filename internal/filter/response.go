@@ -131,18 +131,26 @@ func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOpti
 // Struct, map or Value is built for it: they were most of the answer's allocations), or decoded
 // into a Struct by Response.
 type Answer struct {
-	resp *authv3.CheckResponse // without DynamicMetadata; points into msgs
+	resp *authv3.CheckResponse // without DynamicMetadata
 	meta metadata
-	// msgs holds the response's messages, one allocation with the Answer.
-	msgs struct {
-		resp       authv3.CheckResponse
-		status     rpcstatus.Status
-		ok         authv3.CheckResponse_OkResponse
-		okHTTP     authv3.OkHttpResponse
-		denied     authv3.CheckResponse_DeniedResponse
-		deniedHTTP authv3.DeniedHttpResponse
-		httpStatus typev3.HttpStatus
-	}
+}
+
+// okAnswer and deniedAnswer allocate an Answer and its response's messages as one object.
+type okAnswer struct {
+	Answer
+	resp   authv3.CheckResponse
+	status rpcstatus.Status
+	ok     authv3.CheckResponse_OkResponse
+	okHTTP authv3.OkHttpResponse
+}
+
+type deniedAnswer struct {
+	Answer
+	resp       authv3.CheckResponse
+	status     rpcstatus.Status
+	denied     authv3.CheckResponse_DeniedResponse
+	deniedHTTP authv3.DeniedHttpResponse
+	httpStatus typev3.HttpStatus
 }
 
 // Response returns the answer as a CheckResponse, its metadata decoded into a Struct from the
@@ -166,19 +174,17 @@ func (a *Answer) Response() *authv3.CheckResponse {
 func (a *Answer) Decision() string { return a.meta.decision }
 
 func okResponse(hdrs []*corev3.HeaderValueOption, md metadata) *Answer {
-	a := &Answer{meta: md}
-	m := &a.msgs
+	m := &okAnswer{}
 	m.status.Code = int32(codes.OK)
 	m.okHTTP.ResponseHeadersToAdd = hdrs
 	m.ok.OkResponse = &m.okHTTP
 	m.resp.Status, m.resp.HttpResponse = &m.status, &m.ok
-	a.resp = &m.resp
-	return a
+	m.Answer.resp, m.meta = &m.resp, md
+	return &m.Answer
 }
 
 func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev3.HeaderValueOption, body []byte, md metadata) *Answer {
-	a := &Answer{meta: md}
-	m := &a.msgs
+	m := &deniedAnswer{}
 	m.status.Code = int32(code)
 	m.httpStatus.Code = httpStatus
 	m.deniedHTTP.Status = &m.httpStatus
@@ -186,8 +192,8 @@ func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev
 	m.deniedHTTP.Body = string(body)
 	m.denied.DeniedResponse = &m.deniedHTTP
 	m.resp.Status, m.resp.HttpResponse = &m.status, &m.denied
-	a.resp = &m.resp
-	return a
+	m.Answer.resp, m.meta = &m.resp, md
+	return &m.Answer
 }
 
 // errorBody renders an error in the provider's own format, which its SDKs parse:
