@@ -93,6 +93,7 @@ var conformance = []struct {
 	{"invalid", testInvalid},
 	{"concurrency", testConcurrency},
 	{"lower", testLower},
+	{"shared_key", testSharedKey},
 }
 
 // check compares a result with want; durations may differ by one microsecond, the resolution of
@@ -696,4 +697,31 @@ func testLower(t *testing.T, s store, clk *clock) {
 	if got := remaining(t, s, "p", fresh); got != 30 {
 		t.Fatalf("a fresh bucket lowered to 30: remaining %d", got)
 	}
+}
+
+// testSharedKey: token buckets sharing a key (Spec.Slot) behave as buckets of their own,
+// whichever of them a call names, and the same name without a slot is another bucket.
+func testSharedKey(t *testing.T, s store, clk *clock) {
+	ctx := context.Background()
+	tpm := Spec{Name: "pair", Limit: 100, Period: time.Minute, Slot: 1}
+	rpm := Spec{Name: "pair", Limit: 10, Period: time.Minute, Slot: 2}
+	solo := Spec{Name: "pair", Limit: 100, Period: time.Minute}
+	check(t, "both", take(t, s, req(with(tpm, 60), with(rpm, 1))), allowed(
+		State{Remaining: 40, Limit: 100, Reset: 36 * time.Second},
+		State{Remaining: 9, Limit: 10, Reset: 6 * time.Second}))
+	check(t, "tokens alone, denied", take(t, s, req(with(tpm, 50))), Result{Outcome: Denied, Wait: 6 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 40, Limit: 100, Reset: 36 * time.Second, Wait: 6 * time.Second}}})
+	check(t, "requests alone", take(t, s, req(with(rpm, 9))), allowed(State{Remaining: 0, Limit: 10, Reset: time.Minute}))
+	check(t, "no slot: another bucket", take(t, s, req(with(solo, 100))), allowed(State{Remaining: 0, Limit: 100, Reset: time.Minute}))
+	clk.Advance(6 * time.Second) // tokens 40 → 50, requests 0 → 1
+	if err := s.Adjust(ctx, "p", []Adjustment{{Spec: tpm, Delta: 50}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Lower(ctx, "p", []Level{{Spec: rpm, Remaining: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	// Requests first: a call may list a key's buckets in any order.
+	check(t, "both, requests first", take(t, s, req(with(rpm, 1), with(tpm, 1))), Result{Outcome: Denied, Wait: 6 * time.Second, Blocking: 0,
+		Buckets: []State{{Remaining: 0, Limit: 10, Reset: time.Minute, Wait: 6 * time.Second}, {Remaining: 100, Limit: 100}}})
+	check(t, "solo untouched", take(t, s, req(with(solo, 0))), allowed(State{Remaining: 10, Limit: 100, Reset: 54 * time.Second}))
 }
