@@ -233,7 +233,7 @@ end
 
 -- Write token buckets i..j, which share one key (KEYS[k] is bucket i's), with one SET: each in
 -- its slot, the key's other slots as stored. Delete the key instead when it would hold only full
--- buckets, all of them among i..j.
+-- buckets, all of them among i..j (the usual pair, or slot 1 alone).
 local function write_tokens(i, j, k)
   local key = KEY[i]
   local raw = FRESH[key]
@@ -266,11 +266,10 @@ local function write_tokens(i, j, k)
     FRESH[key] = v
     return
   end
-  local need, full, top = 0, true, 0
+  local need, top = 0, 0
   for x = i, j do
     local level, cap = LEVEL[x], CAP[x]
     if level < cap then
-      full = false
       local w = ceil((cap - level) * PERIOD[x] / LIMIT[x])
       if w > need then need = w end
     end
@@ -279,55 +278,47 @@ local function write_tokens(i, j, k)
   local len = raw and #raw or 0
   local ours = len == 16 or (len >= 24 and len % 16 == 8)
   local stored = 0 -- slots the value holds
-  if ours then stored = (len - 8) / 16 end
-  if len == 16 then stored = 1 end
+  if len == 16 then stored = 1 elseif ours then stored = (len - 8) / 16 end
   if stored > top then top = stored end
-  -- One bucket in slot 1, the key holding no others: deleted when full, as by write_one.
-  local usual = top == 1
-  if full and usual then
-    rcall('DEL', key)
-    FRESH[key] = false
+  if top == 1 then
+    -- Slot 1 alone, the key holding no other: as a key of its own. (No earlier write of this
+    -- call deleted it: that would have been a write of slot 1 too.)
+    write_one(i)
     return
   end
   -- Keep the key's expiry when it is late enough (KEEPTTL costs Redis half of PX); else set
   -- one SLACK_MS later than needed, so that a busy bucket sets it about once per SLACK_MS. The
   -- slots not among i..j need no more than the expiry they had, which the value records (this
   -- call may have written it already, when its buckets of one key are not next to each other).
+  -- The key holds other slots, or will: it is never deleted here, but expires.
   local expiry = 0
-  if len >= 24 and ours then
-    if usual then expiry = EXPIRY[i] else expiry = sunpack('<d', raw, 17) end
-  end
+  if len >= 24 and ours then expiry = sunpack('<d', raw, 17) end
   need = now + need + MARGIN_MS * 1000
   local px = nil
   if expiry < need then
     px = ceil((need - now) / 1000) + SLACK_MS
     expiry = now + px * 1000
   end
-  local v
-  if usual then
-    v = spack('<ddd', LEVEL[i], TS[i], expiry)
-  else
-    -- Any other layout: slot by slot, each from its bucket among i..j, or as stored, or full.
-    local parts = {}
-    for slot = 1, top do
-      local part = nil
-      for x = i, j do
-        if SLOT[x] == slot then part = spack('<dd', LEVEL[x], TS[x]) end
-      end
-      if part == nil then
-        if slot == 1 and ours then
-          part = raw:sub(1, 16)
-        elseif slot > 1 and slot <= stored then
-          part = raw:sub(16 * slot - 7, 16 * slot + 8)
-        else
-          part = spack('<dd', HUGE, 0)
-        end
-      end
-      parts[#parts + 1] = part
-      if slot == 1 then parts[#parts + 1] = spack('<d', expiry) end
+  -- Slot by slot, each from its bucket among i..j, or as stored, or full.
+  local parts = {}
+  for slot = 1, top do
+    local part = nil
+    for x = i, j do
+      if SLOT[x] == slot then part = spack('<dd', LEVEL[x], TS[x]) end
     end
-    v = table.concat(parts)
+    if part == nil then
+      if slot == 1 and ours then
+        part = raw:sub(1, 16)
+      elseif slot > 1 and slot <= stored then
+        part = raw:sub(16 * slot - 7, 16 * slot + 8)
+      else
+        part = spack('<dd', HUGE, 0)
+      end
+    end
+    parts[#parts + 1] = part
+    if slot == 1 then parts[#parts + 1] = spack('<d', expiry) end
   end
+  local v = table.concat(parts)
   if px then
     rcall('SET', key, v, 'PX', px)
   else

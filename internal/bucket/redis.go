@@ -77,7 +77,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 		return Result{}, err
 	}
 	n := len(req.Buckets)
-	keys := s.keys(req.Tag, n, func(i int) *Spec { return &req.Buckets[i] })
+	keys := s.keys(req.Tag, n, req.spec)
 
 	var buf [512]byte
 	v, err := s.run(ctx, req.Tag, keys, appendTake(buf[:0], req, len(keys)))
@@ -100,7 +100,7 @@ func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error 
 	var buf [512]byte
 	a := appendHeader(buf[:0], 'A', len(keys), 0, lease)
 	for i := range adj {
-		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta), i > 0 && sharesKey(spec(i-1), spec(i)))
+		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta), continues(spec, i))
 	}
 	return s.runCount(ctx, "adjust", tag, keys, a, len(adj))
 }
@@ -117,7 +117,7 @@ func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
 	var buf [512]byte
 	a := appendHeader(buf[:0], 'L', len(keys), 0, "")
 	for i := range lv {
-		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining), i > 0 && sharesKey(spec(i-1), spec(i)))
+		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining), continues(spec, i))
 	}
 	return s.runCount(ctx, "lower", tag, keys, a, len(lv))
 }
@@ -140,7 +140,7 @@ func appendTake(a []byte, req *Request, nkeys int) []byte {
 	a = appendHeader(a, 'T', nkeys, req.MaxWait, req.Lease)
 	for i := range req.Buckets {
 		b := &req.Buckets[i]
-		a = appendParams(a, paramsOf(b, b.Cost), i > 0 && sharesKey(&req.Buckets[i-1], b))
+		a = appendParams(a, paramsOf(b, b.Cost), continues(req.spec, i))
 	}
 	return a
 }
@@ -160,12 +160,12 @@ func appendHeader(a []byte, op byte, nkeys int, maxWait time.Duration, lease str
 
 // keys builds the keys of a call's n buckets in one allocation (the keys share the backing
 // string): one per bucket, but one for the buckets of a shared key next to each other
-// (sharesKey), as the script reads them.
+// (continues), as the script reads them.
 func (s *Redis) keys(tag string, n int, spec func(int) *Spec) []string {
 	var lens [MaxBuckets]int
 	size, count := 0, 0
 	for i := range n {
-		if i == 0 || !sharesKey(spec(i-1), spec(i)) {
+		if !continues(spec, i) {
 			lens[count] = keyLen(s.prefix, tag, spec(i))
 			size += lens[count]
 			count++
@@ -175,7 +175,7 @@ func (s *Redis) keys(tag string, n int, spec func(int) *Spec) []string {
 	all.Grow(size)
 	var scratch [256]byte
 	for i := range n {
-		if i == 0 || !sharesKey(spec(i-1), spec(i)) {
+		if !continues(spec, i) {
 			all.Write(appendKey(scratch[:0], s.prefix, tag, spec(i)))
 		}
 	}

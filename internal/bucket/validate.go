@@ -97,10 +97,18 @@ func sameBucket(a, b *Spec) bool {
 	return a.Name == b.Name && a.algCode() == b.algCode() && a.Slot == b.Slot
 }
 
-// sharesKey reports whether b, following a in a call, is stored in a's key (Spec.Slot).
-func sharesKey(a, b *Spec) bool {
+// continues reports whether bucket i of a call (spec(i)) is stored in the key of the bucket
+// before it (Spec.Slot): the script gets that key once, and its alg digit says so.
+func continues(spec func(int) *Spec, i int) bool {
+	if i == 0 {
+		return false
+	}
+	a, b := spec(i-1), spec(i)
 	return a.Slot > 0 && b.Slot > 0 && a.Name == b.Name
 }
+
+// spec is bucket i of r, for continues and Redis.keys.
+func (r *Request) spec(i int) *Spec { return &r.Buckets[i] }
 
 // validate checks the whole request without allocating when it is valid.
 func (r *Request) validate() error {

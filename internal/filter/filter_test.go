@@ -126,6 +126,14 @@ func (e *env) answer(t testing.TB, ctx context.Context, req *authv3.CheckRequest
 
 func decision(resp *authv3.CheckResponse) string { return decisionOf(resp) }
 
+// decisionOf reads the decision back from a CheckResponse's metadata.
+func decisionOf(resp *authv3.CheckResponse) string {
+	if v, ok := resp.GetDynamicMetadata().GetFields()["decision"]; ok {
+		return v.GetStringValue()
+	}
+	return ""
+}
+
 func headerOf(resp *authv3.CheckResponse, key string) string {
 	var hs []*corev3.HeaderValueOption
 	if ok := resp.GetOkResponse(); ok != nil {

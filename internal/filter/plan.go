@@ -70,37 +70,35 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		if len(target.Buckets) == 0 || rule.MaxWait < target.MaxWait {
 			target.MaxWait = rule.MaxWait
 		}
-		// A rule's tokens and requests token buckets share a key: one to read and write for both.
-		pair := rule.Tokens != nil && rule.Requests != nil &&
-			rule.Tokens.Algorithm == bucket.TokenBucket && rule.Requests.Algorithm == bucket.TokenBucket
-		var pairName string
-		if pair {
-			pairName = bucketName(rule, kindPair, provider, est.Model, r.tenant, r.priority)
+		name := func(kind byte) string { return bucketName(rule, kind, provider, est.Model, r.tenant, r.priority) }
+		// A rule's tokens and requests token buckets share a key, in slots 1 and 2: one key to
+		// read and write for both, under one name.
+		var tokensName, requestsName string
+		var tokensSlot, requestsSlot uint8
+		if rule.Tokens != nil && rule.Requests != nil &&
+			rule.Tokens.Algorithm == bucket.TokenBucket && rule.Requests.Algorithm == bucket.TokenBucket {
+			tokensName = name(kindPair)
+			requestsName, tokensSlot, requestsSlot = tokensName, 1, 2
 		}
 		if rule.Tokens != nil {
+			if tokensName == "" {
+				tokensName = name(kindTokens)
+			}
 			// A hostile max_tokens may price above any store's range: capped, it still can never
 			// fit (413), where the raw cost would be an invalid request (503, and a store failure).
-			cost := min(est.Cost(), bucket.MaxAmount)
-			var s bucket.Spec
-			if pair {
-				s = rule.Tokens.Spec(pairName, cost, r.floor)
-				s.Slot = 1
-			} else {
-				s = rule.Tokens.Spec(bucketName(rule, kindTokens, provider, est.Model, r.tenant, r.priority), cost, r.floor)
-			}
+			s := rule.Tokens.Spec(tokensName, min(est.Cost(), bucket.MaxAmount), r.floor)
+			s.Slot = tokensSlot
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindTokens})
 			}
 		}
 		if rule.Requests != nil {
-			var s bucket.Spec
-			if pair {
-				s = rule.Requests.Spec(pairName, 1, r.floor)
-				s.Slot = 2
-			} else {
-				s = rule.Requests.Spec(bucketName(rule, kindRequests, provider, est.Model, r.tenant, r.priority), 1, r.floor)
+			if requestsName == "" {
+				requestsName = name(kindRequests)
 			}
+			s := rule.Requests.Spec(requestsName, 1, r.floor)
+			s.Slot = requestsSlot
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindRequests})
@@ -112,7 +110,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			if target == &pl.shadow {
 				cost = 0
 			}
-			target.Buckets = append(target.Buckets, rule.Concurrent.Spec(bucketName(rule, kindConcurrency, provider, est.Model, r.tenant, r.priority), cost, r.floor))
+			target.Buckets = append(target.Buckets, rule.Concurrent.Spec(name(kindConcurrency), cost, r.floor))
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, owner{rule, kindConcurrency})
 			}
@@ -134,7 +132,8 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 }
 
 // bucketName is the bucket's identity: the rule, the amount (kind; kindPair for the tokens and
-// requests together, told apart by their slots) and the scope values the rule is kept per. Values are length-prefixed so that no tenant or model can forge another bucket's name; the
+// requests together, told apart by their slots) and the scope values the rule is kept per.
+// Values are length-prefixed so that no tenant or model can forge another bucket's name; the
 // store escapes or hashes the whole name into its key.
 func bucketName(rule *config.Rule, kind byte, provider, model, tenant, priority string) string {
 	var b strings.Builder

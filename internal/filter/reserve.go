@@ -45,9 +45,9 @@ func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 	if !pl.debited || len(pl.enforced.Buckets) == 0 {
 		return b
 	}
-	var buf [8]reservation.Bucket
+	var buf [8]reservation.Bucket // on the stack: Append keeps nothing of r
 	r := reservation.Reservation{Tag: pl.enforced.Tag, Lease: pl.enforced.Lease, Model: est.Model,
-		Prompt: est.PromptTokens, Output: est.OutputTokens, Buckets: buf[:0]}
+		Prompt: est.PromptTokens, Output: est.OutputTokens}
 	if n := len(pl.enforced.Buckets); n <= len(buf) {
 		r.Buckets = buf[:n]
 	} else {

@@ -387,11 +387,3 @@ func safeLabel(s string) string {
 	}
 	return string(b)
 }
-
-// decisionOf reads the decision back from a CheckResponse's metadata.
-func decisionOf(resp *authv3.CheckResponse) string {
-	if v, ok := resp.GetDynamicMetadata().GetFields()["decision"]; ok {
-		return v.GetStringValue()
-	}
-	return ""
-}
