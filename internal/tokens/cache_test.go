@@ -1,11 +1,8 @@
 package tokens
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math/bits"
-	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -197,38 +194,5 @@ func BenchmarkConversation(b *testing.B) {
 				p.Estimate(&Input{Path: "/v1/chat/completions", Body: bodies[i%len(bodies)]})
 			}
 		})
-	}
-}
-
-func TestSpecial8(t *testing.T) {
-	special := func(b byte) bool { return b == '"' || b == '\\' || b < 0x20 }
-	// first is the index of the first special byte of x, 8 if none; special8 must find it.
-	check := func(x uint64) {
-		t.Helper()
-		first := 8
-		for k := 7; k >= 0; k-- {
-			if special(byte(x >> (8 * k))) {
-				first = k
-			}
-		}
-		m := special8(x)
-		if got := bits.TrailingZeros64(m) >> 3; (m == 0) != (first == 8) || m != 0 && got != first {
-			t.Fatalf("%#016x: special8 = %#016x, first special byte %d", x, m, first)
-		}
-	}
-	for k := 0; k < 8; k++ {
-		for b := 0; b < 256; b++ {
-			w := []byte("aaaaaaaa")
-			w[k] = byte(b)
-			check(binary.LittleEndian.Uint64(w))
-		}
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 1_000_000; i++ {
-		x := rng.Uint64()
-		if i%2 == 0 { // mostly text-like bytes, where the tricks' borrows matter
-			x = x&0x7f7f7f7f7f7f7f7f | 0x2020202020202020&rng.Uint64()
-		}
-		check(x)
 	}
 }

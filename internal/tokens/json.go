@@ -1,9 +1,9 @@
 package tokens
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
-	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -185,46 +185,69 @@ func (p *parser) lit(i int, word string, kind jkind) (int, error) {
 
 // str parses the string starting at the quote src[i].
 func (p *parser) str(i int) (int, error) {
+	src := p.src
 	escaped := false
-	for j := i + 1; j < len(p.src); j++ {
-		// Skip 16 bytes at a time while none of them is a quote, a backslash or a control
-		// character (string contents are most of a chat body), then go to the first that is.
-		for j+16 <= len(p.src) && special8(binary.LittleEndian.Uint64(p.src[j:]))|special8(binary.LittleEndian.Uint64(p.src[j+8:])) == 0 {
-			j += 16
-		}
-		for j+8 <= len(p.src) {
-			if m := special8(binary.LittleEndian.Uint64(p.src[j:])); m != 0 {
-				j += bits.TrailingZeros64(m) >> 3
-				break
+	// String contents are most of a chat body: the closing quote and the backslashes are found
+	// by bytes.IndexByte (vector instructions), and the bytes between them are checked for
+	// control characters a word at a time. quote is the first quote at or after j, searched
+	// again only once an escape steps past it, so each byte is scanned a bounded number of times.
+	quote := -1
+	for j := i + 1; ; {
+		if quote < j {
+			q := bytes.IndexByte(src[j:], '"')
+			if q < 0 {
+				return 0, errSyntax
 			}
-			j += 8
+			quote = j + q
 		}
-		if j >= len(p.src) {
-			break
+		bs := bytes.IndexByte(src[j:quote], '\\')
+		if bs < 0 {
+			if hasControl(src[j:quote]) {
+				return 0, errSyntax
+			}
+			p.add(jnode{kind: jString, escaped: escaped, start: int32(i + 1), end: int32(quote), next: int32(len(p.d.nodes) + 1)})
+			return quote + 1, nil
 		}
-		switch c := p.src[j]; {
-		case c == '"':
-			p.add(jnode{kind: jString, escaped: escaped, start: int32(i + 1), end: int32(j), next: int32(len(p.d.nodes) + 1)})
-			return j + 1, nil
-		case c == '\\':
-			escaped = true
-			j++
-		case c < 0x20:
+		if hasControl(src[j : j+bs]) {
+			return 0, errSyntax
+		}
+		// Step over the backslash and the byte it escapes (checked when the string is decoded).
+		escaped = true
+		j += bs + 2
+		if j >= len(src) {
 			return 0, errSyntax
 		}
 	}
-	return 0, errSyntax
 }
 
-// special8 returns a mask of the bytes of x (little-endian) that are '"', '\\' or below 0x20:
-// its lowest set bit is bit 7 of the first such byte, and it is zero when there is none. Bit
-// tricks on the whole word: a byte b is zero in x^c exactly when b == c, and "has a byte below
-// n" is (x - n*ones) & ^x & highs, exact for n <= 0x80; a borrow can only mark bytes after the
-// first marked one.
-func special8(x uint64) uint64 {
+// hasControl reports whether b has a byte below 0x20, which JSON strings must escape. A byte
+// below n sets bit 7 of (x - n*ones) &^ x for some byte of a word x (exact for n <= 0x80), so
+// the words' results are only OR-ed together and tested once; the last word may overlap the
+// one before it.
+func hasControl(b []byte) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	return zero(x^(ones*'"')) | zero(x^(ones*'\\')) | (x-ones*0x20) & ^x & highs
+	n := len(b)
+	if n < 8 {
+		for _, c := range b {
+			if c < 0x20 {
+				return true
+			}
+		}
+		return false
+	}
+	under := func(x uint64) uint64 { return (x - ones*0x20) &^ x }
+	last := binary.LittleEndian.Uint64(b[n-8:])
+	var acc uint64
+	for len(b) >= 32 { // constant offsets into a slice of known length: no bounds checks
+		acc |= under(binary.LittleEndian.Uint64(b[0:8])) | under(binary.LittleEndian.Uint64(b[8:16])) |
+			under(binary.LittleEndian.Uint64(b[16:24])) | under(binary.LittleEndian.Uint64(b[24:32]))
+		b = b[32:]
+	}
+	for len(b) >= 8 {
+		acc |= under(binary.LittleEndian.Uint64(b[0:8]))
+		b = b[8:]
+	}
+	return (acc|under(last))&highs != 0
 }
 
 // get returns the value of key in object node obj (the last one if repeated, as Python's json
