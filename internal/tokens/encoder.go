@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -25,6 +26,7 @@ type Encoder struct {
 	split   splitFunc
 	pool    sync.Pool // *scratch for long pieces
 	salt    uint64    // keeps this encoding's counts apart from the other's in a countCache
+	o200k   bool      // which word8 function matches the split
 }
 
 // encoders holds the lazily loaded encoders; each is built at most once per process.
@@ -54,7 +56,7 @@ func load(name string, split splitFunc) (*Encoder, error) {
 		return nil, fmt.Errorf("tokens: %s: %w", name, err)
 	}
 	v.runs = uniformRules[name]
-	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64()}
+	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64(), o200k: name == O200K}
 	e.pool.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -78,9 +80,29 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	ct, v, split := e.classes, e.vocab, e.split
 	var sc *scratch
 	for i := 0; i < len(text); {
+		// Most pieces of prose are short words, most of them one token each: decided from one
+		// load, and looked up in place.
+		if i+8 <= len(text) {
+			x := binary.LittleEndian.Uint64(text[i:])
+			var n int
+			if e.o200k {
+				n = word8O200K(x)
+			} else {
+				n = word8CL100K(x)
+			}
+			if n > 0 {
+				if v.shortHead(x&(1<<(8*n&63)-1), n) {
+					total++
+				} else {
+					total += v.mergeSmall(text[i : i+n])
+				}
+				i += n
+				continue
+			}
+		}
 		end := split(ct, text, i)
-		// Most pieces of prose are short words that are one token each: looked up in place, and
-		// merged at once when they are not (countPiece would look them up again).
+		// Other short pieces likewise: looked up in place, and merged at once when they are not
+		// one token (countPiece would look them up again).
 		if n := end - i; n <= 8 && i+8 <= len(text) {
 			if v.short(text, i, n) {
 				total++

@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -227,18 +228,20 @@ func TestProbeBound(t *testing.T) {
 	}
 }
 
-// TestASCIIWordFastPath: wherever the ASCII fast path of splitO200K or splitCL100K decides, it
+// TestASCIIWordFastPath: wherever an ASCII fast path of splitO200K or splitCL100K (asciiWord,
+// asciiLetters, asciiSymbols) or of the encoder's loop (word8O200K, word8CL100K) decides, it
 // must end the piece where the general matcher does, on random texts dense in the cases that end or extend a word
 // (capitals, apostrophes and contractions, digits, punctuation, newlines, non-ASCII letters,
 // combining marks, a title-case letter).
 func TestASCIIWordFastPath(t *testing.T) {
 	ct := classes()
 	alphabet := []string{" ", " ", "a", "z", "e", "s", "t", "A", "Z", "H", "'", "'s", "'LL", "0", "7",
-		",", ".", "-", "_", "\n", "\r\n", "\t", "é", "É", "\u0301", "ǅ", "ſ", "中", "!?", "/"}
+		",", ".", "-", "_", "\n", "\r\n", "\t", "é", "É", "\u0301", "ǅ", "ſ", "中", "!?", "/",
+		"(", "\"", "\r", "\v", "\x01", "\x1c", "\x7f", "\u0085", "\u00a0", "«", "\xff", ". ", ", "}
 	// Runs of letters long enough for asciiRun's 8-byte steps, ended by any of the above.
 	letters := []string{"abcdefgh", "wxyz", "qrstuvwxyzab", "ABCDEFGH", "QrStUvWxYz", "e", "Z"}
 	rng := rand.New(rand.NewPCG(1, 2))
-	var decided [2]int
+	var decided [6]int
 	for k := range 40000 {
 		var b []byte
 		for range 1 + rng.IntN(16) {
@@ -261,9 +264,36 @@ func TestASCIIWordFastPath(t *testing.T) {
 					t.Fatalf("cl100k %q at %d: fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
 				}
 			}
+			if i+8 <= len(b) {
+				x := binary.LittleEndian.Uint64(b[i:])
+				if n := word8O200K(x); n > 0 {
+					decided[4]++
+					if want := splitO200KGeneral(ct, b, i); i+n != want {
+						t.Fatalf("o200k %q at %d: word8 ends the piece at %d, the general matcher at %d", b, i, i+n, want)
+					}
+				}
+				if n := word8CL100K(x); n > 0 {
+					decided[5]++
+					if want := splitCL100KGeneral(ct, b, i); i+n != want {
+						t.Fatalf("cl100k %q at %d: word8 ends the piece at %d, the general matcher at %d", b, i, i+n, want)
+					}
+				}
+			}
+			if fast := asciiSymbols(b, i, true); fast >= 0 {
+				decided[2]++
+				if want := splitO200KGeneral(ct, b, i); fast != want {
+					t.Fatalf("o200k %q at %d: symbol fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
+				}
+			}
+			if fast := asciiSymbols(b, i, false); fast >= 0 {
+				decided[3]++
+				if want := splitCL100KGeneral(ct, b, i); fast != want {
+					t.Fatalf("cl100k %q at %d: symbol fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
+				}
+			}
 		}
 	}
-	if decided[0] < 20000 || decided[1] < 20000 {
+	if min(decided[0], decided[1], decided[2], decided[3], decided[4], decided[5]) < 20000 {
 		t.Fatalf("the fast paths decided only %v times: the test exercises too little", decided)
 	}
 }
@@ -276,6 +306,7 @@ func TestShortLookup(t *testing.T) {
 	for _, name := range []string{CL100K, O200K} {
 		v := mustEncoding(t, name).vocab
 		check := func(piece []byte) {
+			// Whatever bytes follow the piece are masked off.
 			text := append(append([]byte{}, piece...), "\xff\x00 the end of a text"[:rng.IntN(8)+8-len(piece)]...)
 			if got, want := v.short(text, 0, len(piece)), v.rank(piece) != noRank; got != want {
 				t.Fatalf("%s: short(%q) = %v, rank says %v", name, piece, got, want)

@@ -120,6 +120,9 @@ func splitCL100K(ct *classTable, t []byte, i int) int {
 	if e := asciiLetters(t, i); e > 0 {
 		return e
 	}
+	if e := asciiSymbols(t, i, false); e > 0 {
+		return e
+	}
 	return splitCL100KGeneral(ct, t, i)
 }
 
@@ -214,6 +217,41 @@ func asciiWord(t []byte, i int) int {
 	return k
 }
 
+// asciiSymbols is the other common case of both splits, decided from ASCII bytes alone: an
+// optional space and a run of ASCII punctuation (bytes that are not letters, digits or white
+// space), such as the "," and "." of prose, then the newlines (and, with slash, the slashes)
+// that follow. That is what " ?[^\s\p{L}\p{N}]+[\r\n]*" matches there, after the word
+// alternatives failed because no letter follows. It returns -1 when the general matcher must
+// decide: the run meets a non-ASCII byte, or a punctuation byte with no space before it is
+// followed by a letter or a non-ASCII byte (it may prefix a word, or be the apostrophe of a
+// cl100k_base contraction). TestASCIIWordFastPath holds it to the general matcher.
+func asciiSymbols(t []byte, i int, slash bool) int {
+	j := i
+	if t[j] == ' ' {
+		j++
+	}
+	if j == len(t) {
+		return -1
+	}
+	if b := t[j]; b >= utf8.RuneSelf || asciiClass[b]&clsWord != 0 {
+		return -1
+	}
+	k := j + 1
+	if j == i && k < len(t) && (t[k] >= utf8.RuneSelf || asciiClass[t[k]]&clsLetter != 0) {
+		return -1
+	}
+	for k < len(t) && t[k] < utf8.RuneSelf && asciiClass[t[k]]&clsWord == 0 {
+		k++
+	}
+	if k < len(t) && t[k] >= utf8.RuneSelf {
+		return -1
+	}
+	for k < len(t) && (t[k] == '\r' || t[k] == '\n' || slash && t[k] == '/') {
+		k++
+	}
+	return k
+}
+
 // o200kWord matches [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+ (first == true)
 // or [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]* at t[p], then the optional
 // contraction. It returns the end of the match or -1.
@@ -266,6 +304,9 @@ func splitO200K(ct *classTable, t []byte, i int) int {
 	if e := asciiWord(t, i); e > 0 {
 		return e
 	}
+	if e := asciiSymbols(t, i, true); e > 0 {
+		return e
+	}
 	return splitO200KGeneral(ct, t, i)
 }
 
@@ -316,6 +357,50 @@ func splitO200KGeneral(ct *classTable, t []byte, i int) int {
 	return end
 }
 
+// word8O200K and word8CL100K are the ASCII word cases of the splits (asciiWord, asciiLetters)
+// decided from one 8-byte load x of the text at the piece's start, little-endian: when the
+// word and the byte that ends it both lie within those 8 bytes, they return the piece's length
+// (1 to 7), else 0 and the scanners decide. The encoder's loop calls them before anything else:
+// most pieces of prose are such words, and this way a word costs one load, a few word-wide
+// operations and no call. TestASCIIWordFastPath holds them to the general matchers.
+func word8O200K(x uint64) int {
+	// s is where the lower-case run starts: after the optional space and the optional capital,
+	// counted without branches (a capital starts one word in ten, at random).
+	s := int((uint32(byte(x)^' ') - 1) >> 31)
+	s += int((uint32(byte(x>>(8*s&63))-'A') - 26) >> 31)
+	// The lower-case run from byte s; the byte after it must be ASCII and not an apostrophe.
+	other := ^lowerBytes(x) & highBits &^ (1<<(8*s&63) - 1)
+	end := bits.TrailingZeros64(other) >> 3
+	if end <= s || end == 8 {
+		return 0
+	}
+	if b := byte(x >> (8 * end & 63)); b >= utf8.RuneSelf || b == '\'' {
+		return 0
+	}
+	return end
+}
+
+func word8CL100K(x uint64) int {
+	s := int((uint32(byte(x)^' ') - 1) >> 31) // after the optional space
+	other := ^lowerBytes(x|letterByte*oneBits) & highBits &^ (1<<(8*s&63) - 1)
+	end := bits.TrailingZeros64(other) >> 3
+	if end <= s || end == 8 || byte(x>>(8*end&63)) >= utf8.RuneSelf {
+		return 0
+	}
+	return end
+}
+
+const oneBits, highBits = 0x0101010101010101, 0x8080808080808080
+
+// lowerBytes sets bit 7 of each byte of x that is a lower-case ASCII letter: bit 7 of each
+// byte of y+0x1f.. is set when the byte is >= 'a' (0x61), of y+0x05.. when it is > 'z' (0x7a),
+// with y the 7 low bits of each byte (no carries between bytes); bytes with their own bit 7 set
+// are not ASCII.
+func lowerBytes(x uint64) uint64 {
+	y := x &^ highBits
+	return (y + 0x1f*oneBits) &^ (y + 0x05*oneBits) &^ x & highBits
+}
+
 // Byte classes of asciiRun.
 const (
 	lowerByte  = 0    // a-z
@@ -327,14 +412,10 @@ const (
 // unpredictable length, and one branch per word instead of one per letter is most of what the
 // fast paths above cost on English.
 func asciiRun(t []byte, k int, fold uint64) int {
-	const ones, high = 0x0101010101010101, 0x8080808080808080
 	for k+8 <= len(t) {
 		x := binary.LittleEndian.Uint64(t[k:])
-		y := (x &^ high) | fold*ones // 7 bits of each byte, no carries between bytes below
-		// Bit 7 of each byte of y+0x1f.. is set when the byte is >= 'a' (0x61), of y+0x05..
-		// when it is > 'z' (0x7a); bytes with their own bit 7 set are not ASCII.
-		in := (y + 0x1f*ones) &^ (y + 0x05*ones) &^ x & high
-		n := bits.TrailingZeros64(^in&high) >> 3 // letters before the first other byte
+		// Setting bit 5 (fold) maps A-Z, and no other byte, onto a-z.
+		n := bits.TrailingZeros64(^lowerBytes(x|fold*oneBits)&highBits) >> 3 // letters before the first other byte
 		k += n
 		if n < 8 {
 			return k

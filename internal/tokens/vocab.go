@@ -19,7 +19,7 @@ const noRank = ^uint32(0)
 type vocab struct {
 	arena  []byte   // token bytes, concatenated in rank order
 	off    []uint32 // token r is arena[off[r]:off[r+1]] (empty for unused ranks)
-	slots  []slot
+	slots  []slot   // from hugeBytes, unmapped when the vocab is collected
 	mask   uint64
 	maxLen int             // longest token in bytes
 	pair   [1 << 16]uint32 // rank of each two-byte token, or noRank
@@ -179,17 +179,21 @@ func (v *vocab) rank(b []byte) uint32 {
 	}
 }
 
-// short reports whether the n bytes at text[i:] (1 <= n <= 8, i+8 <= len(text)) are one token.
-// It is rank without its length switch, filters and copy: the piece's head is one load of 8
-// bytes, masked to its length.
+// short reports whether the n bytes at text[i:] (1 <= n <= 8, i+8 <= len(text)) are one token:
+// the piece's head is one load of 8 bytes, masked to its length.
 func (v *vocab) short(text []byte, i, n int) bool {
+	return v.shortHead(binary.LittleEndian.Uint64(text[i:])&(^uint64(0)>>((64-8*n)&63)), n)
+}
+
+// shortHead reports whether the n bytes (1 <= n <= 8) packed little-endian in head are one
+// token. It is rank without its length switch, filters and copy.
+func (v *vocab) shortHead(head uint64, n int) bool {
 	switch n {
 	case 1:
 		return true
 	case 2:
-		return v.pair[uint16(text[i])<<8|uint16(text[i+1])] != noRank
+		return v.pair[uint16(head)<<8|uint16(head>>8)&0xFF] != noRank
 	}
-	head := binary.LittleEndian.Uint64(text[i:]) & (^uint64(0) >> (64 - 8*n))
 	// rank's probe without the tail comparison, written out: as a shared function call it cost
 	// 7% more instructions per Count (scripts/count-cost.sh).
 	for s := shortHash(head, n) & v.mask; ; s = (s + 1) & v.mask {
