@@ -303,7 +303,7 @@ func BenchmarkLoad(b *testing.B) {
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
-				kept = after.HeapAlloc - before.HeapAlloc
+				kept = after.HeapAlloc - before.HeapAlloc + uint64(v.mapped)
 				runtime.KeepAlive(v)
 			}
 			b.ReportMetric(float64(kept)/(1<<20), "MB-resident")

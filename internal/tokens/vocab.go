@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"strconv"
+	"unsafe"
 )
 
 // noRank marks "not a token" in rank tables.
@@ -31,6 +33,7 @@ type vocab struct {
 	quadBits []uint64
 	size     int           // number of tokens
 	runs     *[256]runRule // counts of one byte repeated (uniform.go); nil: none
+	mapped   int           // bytes of slots mapped outside the Go heap (hugeBytes), 0 if none
 }
 
 // slot is one hash table entry: the token's first 8 bytes packed little-endian (so most
@@ -100,7 +103,12 @@ func parseVocab(data []byte) (*vocab, error) {
 	v.off[len(byRank)] = uint32(len(v.arena))
 
 	nslots := 1 << bits.Len(uint(2*len(entries)))
-	v.slots = make([]slot, nslots)
+	mem, free := hugeBytes(nslots * int(unsafe.Sizeof(slot{})))
+	if free != nil {
+		v.mapped = len(mem)
+		runtime.AddCleanup(v, func(free func()) { free() }, free)
+	}
+	v.slots = slotsOf(mem)
 	v.mask = uint64(nslots - 1)
 	for r, tok := range byRank {
 		if tok == nil {
