@@ -91,7 +91,7 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 				n = word8CL100K(x)
 			}
 			if n > 0 {
-				if v.shortHead(x&(1<<(8*n&63)-1), n) {
+				if v.probe(x&(1<<(8*n&63)-1), n) {
 					total++
 				} else {
 					total += v.mergeSmall(text[i : i+n])
