@@ -44,7 +44,9 @@ func (r *replay) arrivals() []time.Time {
 }
 
 // deniedFor returns a real 429 of the filter for the named request: the second of two requests
-// that each need most of the bucket. The wait is shortened to keep the test quick.
+// that each need most of the bucket. The waits are rewritten to values that tell the SDKs'
+// choices apart: retry-after-ms 1500, retry-after 3 s, and the SDKs' own first backoff is at
+// most 500 ms.
 func deniedFor(t *testing.T, name string) *authv3.DeniedHttpResponse {
 	t.Helper()
 	e := newEnv(t, "", Options{})
@@ -57,9 +59,9 @@ func deniedFor(t *testing.T, name string) *authv3.DeniedHttpResponse {
 	for _, h := range d.GetHeaders() {
 		switch h.GetHeader().GetKey() {
 		case "retry-after-ms":
-			h.Header.Value = "400"
+			h.Header.Value = "1500"
 		case "retry-after":
-			h.Header.Value = "1"
+			h.Header.Value = "3"
 		}
 	}
 	return d
@@ -73,9 +75,10 @@ func checkRetried(t *testing.T, r *replay) {
 	if len(at) != 2 {
 		t.Fatalf("the SDK made %d requests, want 2 (one retry)", len(at))
 	}
+	// Up to 900 ms late for a loaded machine, and still short of retry-after's 3 s.
 	gap := at[1].Sub(at[0])
-	if gap < 400*time.Millisecond || gap > 900*time.Millisecond {
-		t.Errorf("the SDK waited %v between attempts, want the advertised 400ms", gap)
+	if gap < 1500*time.Millisecond || gap > 2400*time.Millisecond {
+		t.Errorf("the SDK waited %v between attempts, want the advertised retry-after-ms of 1500ms", gap)
 	}
 }
 
