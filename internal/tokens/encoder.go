@@ -81,9 +81,10 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	var sc *scratch
 	for i := 0; i < len(text); {
 		// Most pieces of prose are short words, most of them one token each: decided from one
-		// load, and looked up in place.
+		// load, and looked up in place. x is the 8 bytes at i, when there are 8.
+		var x uint64
 		if i+8 <= len(text) {
-			x := binary.LittleEndian.Uint64(text[i:])
+			x = binary.LittleEndian.Uint64(text[i:])
 			var n int
 			if e.o200k {
 				n = word8O200K(x)
@@ -104,7 +105,7 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 		// Other short pieces likewise: looked up in place, and merged at once when they are not
 		// one token (countPiece would look them up again).
 		if n := end - i; n <= 8 && i+8 <= len(text) {
-			if v.short(text, i, n) {
+			if v.shortHead(x&(^uint64(0)>>((64-8*n)&63)), n) {
 				total++
 			} else {
 				total += v.mergeSmall(text[i:end])

@@ -225,7 +225,6 @@ func (p *parser) str(i int) (int, error) {
 // the words' results are only OR-ed together and tested once; the last word may overlap the
 // one before it.
 func hasControl(b []byte) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	n := len(b)
 	if n < 8 {
 		for _, c := range b {
@@ -235,7 +234,7 @@ func hasControl(b []byte) bool {
 		}
 		return false
 	}
-	under := func(x uint64) uint64 { return (x - ones*0x20) &^ x }
+	under := func(x uint64) uint64 { return (x - oneBits*0x20) &^ x }
 	last := binary.LittleEndian.Uint64(b[n-8:])
 	var acc uint64
 	for len(b) >= 32 { // constant offsets into a slice of known length: no bounds checks
@@ -247,7 +246,7 @@ func hasControl(b []byte) bool {
 		acc |= under(binary.LittleEndian.Uint64(b[0:8]))
 		b = b[8:]
 	}
-	return (acc|under(last))&highs != 0
+	return (acc|under(last))&highBits != 0
 }
 
 // get returns the value of key in object node obj (the last one if repeated, as Python's json

@@ -361,8 +361,9 @@ func splitO200KGeneral(ct *classTable, t []byte, i int) int {
 // decided from one 8-byte load x of the text at the piece's start, little-endian: when the
 // word and the byte that ends it both lie within those 8 bytes, they return the piece's length
 // (1 to 7), else 0 and the scanners decide. The encoder's loop calls them before anything else:
-// most pieces of prose are such words, and this way a word costs one load, a few word-wide
-// operations and no call. TestASCIIWordFastPath holds them to the general matchers.
+// most pieces of prose are such words, and this way a word costs one load and a few word-wide
+// operations, without the scanners' byte loops and the look-up that follows them reloading the
+// piece. TestASCIIWordFastPath holds them to the general matchers.
 func word8O200K(x uint64) int {
 	// s is where the lower-case run starts: after the optional space and the optional capital,
 	// counted without branches (a capital starts one word in ten, at random).

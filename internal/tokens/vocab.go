@@ -187,12 +187,6 @@ func (v *vocab) rank(b []byte) uint32 {
 	}
 }
 
-// short reports whether the n bytes at text[i:] (1 <= n <= 8, i+8 <= len(text)) are one token:
-// the piece's head is one load of 8 bytes, masked to its length.
-func (v *vocab) short(text []byte, i, n int) bool {
-	return v.shortHead(binary.LittleEndian.Uint64(text[i:])&(^uint64(0)>>((64-8*n)&63)), n)
-}
-
 // shortHead reports whether the n bytes (1 <= n <= 8) packed little-endian in head are one
 // token. It is rank without its length switch, filters and copy.
 func (v *vocab) shortHead(head uint64, n int) bool {
