@@ -107,10 +107,11 @@
 // initial pairs are counting-sorted, so a segment of n bytes costs O(n log n) at worst
 // instead of tiktoken-go's O(n²). Lookups go through cache-resident Bloom filters before the
 // hash table, which on Linux sits on transparent huge pages where the kernel allows them
-// (huge_linux.go). The commonest pieces skip the general scanners: an English word is decided
-// and looked up from one 8-byte load (word8O200K, word8CL100K), ASCII punctuation by
-// asciiSymbols; TestASCIIWordFastPath holds every fast path to the general matchers. Counting
-// builds no token list and allocates nothing for ordinary text.
+// (huge_linux.go). The commonest pieces skip the general scanners: vocab.words decides runs of
+// English words and punctuation, each from one 8-byte load (two for words of 8 to 15 bytes)
+// classified a word at a time, and looks them up without a call; asciiWord, asciiLetters and
+// asciiSymbols decide most other ASCII pieces. TestWords and TestASCIIWordFastPath hold them to
+// the general matchers. Counting builds no token list and allocates nothing for ordinary text.
 //
 // Chat clients resend the whole conversation on every turn, and the same system prompt and
 // tools on every request. A Pricer keeps a fixed table (Options.CountCache, 65,536 entries,

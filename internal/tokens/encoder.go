@@ -26,7 +26,7 @@ type Encoder struct {
 	split   splitFunc
 	pool    sync.Pool // *scratch for long pieces
 	salt    uint64    // keeps this encoding's counts apart from the other's in a countCache
-	o200k   bool      // which word8 function matches the split
+	o200k   bool      // which split's words vocab.words decides
 }
 
 // encoders holds the lazily loaded encoders; each is built at most once per process.
@@ -80,31 +80,18 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	ct, v, split := e.classes, e.vocab, e.split
 	var sc *scratch
 	for i := 0; i < len(text); {
-		// Most pieces of prose are short words, most of them one token each: decided from one
-		// load, and looked up in place. x is the 8 bytes at i, when there are 8.
-		var x uint64
+		// Most pieces of prose are short words and punctuation, one token each: words counts
+		// runs of them from one load each. The piece it stops at goes the general way.
 		if i+8 <= len(text) {
-			x = binary.LittleEndian.Uint64(text[i:])
-			var n int
-			if e.o200k {
-				n = word8O200K(x)
-			} else {
-				n = word8CL100K(x)
-			}
-			if n > 0 {
-				if v.probe(x&(1<<(8*n&63)-1), n) {
-					total++
-				} else {
-					total += v.mergeSmall(text[i : i+n])
-				}
-				i += n
-				continue
-			}
+			var run int
+			i, run = v.words(text, i, e.o200k)
+			total += run
 		}
 		end := split(ct, text, i)
 		// Other short pieces likewise: looked up in place, and merged at once when they are not
 		// one token (countPiece would look them up again).
 		if n := end - i; n <= 8 && i+8 <= len(text) {
+			x := binary.LittleEndian.Uint64(text[i:])
 			if v.shortHead(x&(^uint64(0)>>((64-8*n)&63)), n) {
 				total++
 			} else {

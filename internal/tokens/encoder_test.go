@@ -229,8 +229,8 @@ func TestProbeBound(t *testing.T) {
 }
 
 // TestASCIIWordFastPath: wherever an ASCII fast path of splitO200K or splitCL100K (asciiWord,
-// asciiLetters, asciiSymbols) or of the encoder's loop (word8O200K, word8CL100K) decides, it
-// must end the piece where the general matcher does, on random texts dense in the cases that end or extend a word
+// asciiLetters, asciiSymbols) decides, it must end the piece where the general matcher does,
+// on random texts dense in the cases that end or extend a word
 // (capitals, apostrophes and contractions, digits, punctuation, newlines, non-ASCII letters,
 // combining marks, a title-case letter).
 func TestASCIIWordFastPath(t *testing.T) {
@@ -241,7 +241,7 @@ func TestASCIIWordFastPath(t *testing.T) {
 	// Runs of letters long enough for asciiRun's 8-byte steps, ended by any of the above.
 	letters := []string{"abcdefgh", "wxyz", "qrstuvwxyzab", "ABCDEFGH", "QrStUvWxYz", "e", "Z"}
 	rng := rand.New(rand.NewPCG(1, 2))
-	var decided [6]int
+	var decided [4]int
 	for k := range 40000 {
 		var b []byte
 		for range 1 + rng.IntN(16) {
@@ -264,21 +264,6 @@ func TestASCIIWordFastPath(t *testing.T) {
 					t.Fatalf("cl100k %q at %d: fast path ends the piece at %d, the general matcher at %d", b, i, fast, want)
 				}
 			}
-			if i+8 <= len(b) {
-				x := binary.LittleEndian.Uint64(b[i:])
-				if n := word8O200K(x); n > 0 {
-					decided[4]++
-					if want := splitO200KGeneral(ct, b, i); i+n != want {
-						t.Fatalf("o200k %q at %d: word8 ends the piece at %d, the general matcher at %d", b, i, i+n, want)
-					}
-				}
-				if n := word8CL100K(x); n > 0 {
-					decided[5]++
-					if want := splitCL100KGeneral(ct, b, i); i+n != want {
-						t.Fatalf("cl100k %q at %d: word8 ends the piece at %d, the general matcher at %d", b, i, i+n, want)
-					}
-				}
-			}
 			if fast := asciiSymbols(b, i, true); fast >= 0 {
 				decided[2]++
 				if want := splitO200KGeneral(ct, b, i); fast != want {
@@ -293,8 +278,80 @@ func TestASCIIWordFastPath(t *testing.T) {
 			}
 		}
 	}
-	if min(decided[0], decided[1], decided[2], decided[3], decided[4], decided[5]) < 20000 {
+	if min(decided[0], decided[1], decided[2], decided[3]) < 20000 {
 		t.Fatalf("the fast paths decided only %v times: the test exercises too little", decided)
+	}
+}
+
+// TestWords: from every piece boundary of random texts, the run vocab.words counts must be
+// exactly the pieces the general matcher splits there, each of them one token. The texts are
+// dense in what ends or extends a word (capitals, apostrophes and contractions, digits,
+// punctuation, white space, non-ASCII letters and bytes) and in real words, short and long, so
+// that most runs are long and end for every reason there is (" straightforwardly" begins with
+// a token of 16 bytes: a word too long for two loads must not be cut there).
+func TestWords(t *testing.T) {
+	t.Parallel()
+	ct := classes()
+	alphabet := []string{" ", " ", "a", "e", "s", "A", "Z", "'", "'s", "'LL", "0", "7", ",", ".",
+		", ", ". ", ".\n", "-", "\n", "\r\n", "\t", "é", "É", "\u0301", "ſ", "中", "/", "(", "\"",
+		"\x01", "\x1c", "\x7f", "\u0085", "\u00a0", "\xff", "\x00"}
+	words := []string{" the", " of", " and", "the", "The", " The", " model", " Model", " tokens",
+		" requests", " throughput", " summarize", " paragraph", " international", "Internationalization",
+		" responsibilities", " abcdefghijklmnopqrstuvwxyz", " straightforwardly", " userId", " qzxv", " HTTP", " iPhone", "hello", " it's",
+		" don't", " WORLD", "  two", " résumé", " naïve", " x"}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, enc := range []struct {
+		name    string
+		o200k   bool
+		general splitFunc
+	}{{O200K, true, splitO200KGeneral}, {CL100K, false, splitCL100KGeneral}} {
+		v := mustEncoding(t, enc.name).vocab
+		var short, long, punct, runs int
+		for range 20000 {
+			var b []byte
+			for range 1 + rng.IntN(24) {
+				if rng.IntN(3) > 0 {
+					b = append(b, words[rng.IntN(len(words))]...)
+				} else {
+					b = append(b, alphabet[rng.IntN(len(alphabet))]...)
+				}
+			}
+			for i := 0; i < len(b); i = enc.general(ct, b, i) {
+				if i+8 > len(b) {
+					break
+				}
+				end, n := v.words(b, i, enc.o200k)
+				k, pieces := i, 0
+				for k < end {
+					e := enc.general(ct, b, k)
+					if e > end {
+						t.Fatalf("%s %q from %d: words stops at %d, inside the piece %q", enc.name, b, i, end, b[k:e])
+					}
+					if v.rank(b[k:e]) == noRank {
+						t.Fatalf("%s %q from %d: words counts %q as one token; it is not one", enc.name, b, i, b[k:e])
+					}
+					switch piece := b[k:e]; {
+					case len(piece) > 7:
+						long++
+					case len(piece) == 1 && asciiClass[piece[0]&0x7f]&clsWord == 0:
+						punct++
+					default:
+						short++
+					}
+					k, pieces = e, pieces+1
+				}
+				if pieces != n {
+					t.Fatalf("%s %q from %d to %d: words counts %d pieces, the general matcher splits %d", enc.name, b, i, end, n, pieces)
+				}
+				if n > 0 {
+					runs++
+				}
+			}
+		}
+		t.Logf("%s: %d runs, %d short words, %d long words, %d punctuation", enc.name, runs, short, long, punct)
+		if min(short, long, punct) < 5000 {
+			t.Fatalf("%s: words decided %d short words, %d long words and %d punctuation: the test exercises too little", enc.name, short, long, punct)
+		}
 	}
 }
 

@@ -357,40 +357,6 @@ func splitO200KGeneral(ct *classTable, t []byte, i int) int {
 	return end
 }
 
-// word8O200K and word8CL100K are the ASCII word cases of the splits (asciiWord, asciiLetters)
-// decided from one 8-byte load x of the text at the piece's start, little-endian: when the
-// word and the byte that ends it both lie within those 8 bytes, they return the piece's length
-// (1 to 7), else 0 and the scanners decide. The encoder's loop calls them before anything else:
-// most pieces of prose are such words, and this way a word costs one load and a few word-wide
-// operations, without the scanners' byte loops and the look-up that follows them reloading the
-// piece. TestASCIIWordFastPath holds them to the general matchers.
-func word8O200K(x uint64) int {
-	// s is where the lower-case run starts: after the optional space and the optional capital,
-	// counted without branches (a capital starts one word in ten, at random).
-	s := int((uint32(byte(x)^' ') - 1) >> 31)
-	s += int((uint32(byte(x>>(8*s&63))-'A') - 26) >> 31)
-	// The lower-case run from byte s; the byte after it must be ASCII and not an apostrophe.
-	other := ^lowerBytes(x) & highBits &^ (1<<(8*s&63) - 1)
-	end := bits.TrailingZeros64(other) >> 3
-	if end <= s || end == 8 {
-		return 0
-	}
-	if b := byte(x >> (8 * end & 63)); b >= utf8.RuneSelf || b == '\'' {
-		return 0
-	}
-	return end
-}
-
-func word8CL100K(x uint64) int {
-	s := int((uint32(byte(x)^' ') - 1) >> 31) // after the optional space
-	other := ^lowerBytes(x|letterByte*oneBits) & highBits &^ (1<<(8*s&63) - 1)
-	end := bits.TrailingZeros64(other) >> 3
-	if end <= s || end == 8 || byte(x>>(8*end&63)) >= utf8.RuneSelf {
-		return 0
-	}
-	return end
-}
-
 const oneBits, highBits = 0x0101010101010101, 0x8080808080808080
 
 // lowerBytes sets bit 7 of each byte of x that is a lower-case ASCII letter: bit 7 of each

@@ -1,0 +1,111 @@
+package tokens
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"unsafe"
+)
+
+// words counts the run of pieces from t[i] on (i+8 <= len(t)) that are decided from whole
+// 8-byte loads and are one token each, and returns where the run stops and its token count.
+// It stops at the first piece it cannot decide or that is not one token, or where fewer than 8
+// bytes are left; the encoder's loop splits and counts that piece the general way and calls it
+// again. The pieces it decides are most pieces of prose:
+//
+//   - a word: an optional space, (o200k_base) an optional capital, and ASCII lower-case letters
+//     (cl100k_base: ASCII letters), ended by an ASCII byte that (o200k_base) is not an
+//     apostrophe. The two word alternatives of o200k_base and [^\r\n\p{L}\p{N}]?+\p{L}++ of
+//     cl100k_base match exactly this there: no ASCII byte extends the run, and no contraction
+//     follows. The word and the byte that ends it lie within one load, or (words of 8 to 15
+//     bytes) two;
+//   - one ASCII punctuation byte followed by a space, which both splits make a piece of its own
+//     (" ?[^\s\p{L}\p{N}]+" stops at the space, and no word or number follows it).
+//
+// The bytes are classified a word at a time, with no branch but the one that tells a word from
+// punctuation, and the lookup is vocab.probe written out: the loop calls nothing on its way
+// through words of up to 7 bytes, so the text, the table and the count stay in registers.
+// TestWords holds it to the general matchers and to rank.
+func (v *vocab) words(t []byte, i int, o200k bool) (int, int) {
+	slots := unsafe.Pointer(unsafe.SliceData(v.slots))
+	mask, shift := uint64(len(v.slots)-1), v.shift
+	var fold, caps, apos uint64
+	if o200k {
+		caps, apos = highBits, highBits // a capital may start a word; an apostrophe may not end it
+	} else {
+		fold = letterByte * oneBits // A-Z count as a-z
+	}
+	count := 0
+	if i < 0 {
+		return i, 0
+	}
+next:
+	for i+8 <= len(t) {
+		x := load64(t, i)
+		// The prefix p: byte 0 when it is a space or (o200k_base) a capital, and byte 1 when
+		// it is a capital after a space (bit 7 of each). The piece is p and the letters after.
+		y := x &^ highBits
+		sp := uint64(uint32(byte(x)^' ')-1) >> 31 << 7
+		up := (y + 0x3f*oneBits) &^ (y + 0x25*oneBits) &^ x & caps // upper-case ASCII
+		p := up&0x80 | sp | sp<<8&up
+		yf := (x | fold) &^ highBits
+		lower := (yf + 0x1f*oneBits) &^ (yf + 0x05*oneBits) &^ x // as lowerBytes, before its mask
+		z := ^(lower | p) & highBits // bit 7 of the bytes outside the piece
+		end := z & -z                // bit 7 of the byte that ends the piece (0: beyond this load)
+		if lower&(end-1)&highBits == 0 {
+			// No letters: one punctuation byte before a space is a piece and a token.
+			if b := byte(x); b < 0x80 && asciiClass[b&0x7f]&clsWord == 0 && byte(x>>8) == ' ' {
+				count++
+				i++
+				continue
+			}
+			break
+		}
+		if end == 0 {
+			// A longer word: it ends within the next load, and rank looks it up.
+			if i+16 > len(t) {
+				break
+			}
+			x := load64(t, i+8)
+			yf := (x | fold) &^ highBits
+			z := ^((yf + 0x1f*oneBits) &^ (yf + 0x05*oneBits) &^ x) & highBits
+			end := z & -z
+			q := x ^ '\''*oneBits
+			if end == 0 || (x|(q-oneBits)&^q&apos)&end != 0 {
+				break
+			}
+			n := 8 + bits.TrailingZeros64(end)>>3
+			if v.rank(t[i:i+n]) == noRank {
+				break
+			}
+			count++
+			i += n
+			continue
+		}
+		// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe. The
+		// apostrophe test q is exact up to the first apostrophe, and the word has none.
+		q := x ^ '\''*oneBits
+		if (x|(q-oneBits)&^q&apos)&end != 0 {
+			break
+		}
+		head := x & (end>>7 - 1)
+		n := bits.TrailingZeros64(end) >> 3
+		for k := shortHash(head, n) >> shift; ; k = (k + 1) & mask {
+			e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
+			if e.head == head && int(e.n) == n {
+				count++
+				i += n
+				continue next
+			}
+			if e.rank == 0 {
+				break next
+			}
+		}
+	}
+	return i, count
+}
+
+// load64 returns the 8 bytes at t[i:], little-endian; the caller has checked that
+// 0 <= i && i+8 <= len(t).
+func load64(t []byte, i int) uint64 {
+	return binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(unsafePointer(t), i))[:])
+}
