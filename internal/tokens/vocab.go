@@ -216,8 +216,12 @@ func (v *vocab) probe(head uint64, n int) bool {
 	}
 }
 
-// keySeed seeds the hashes of keyOf.
-const keySeed = 0x9E3779B97F4A7C15
+// keySeed seeds the hashes of keyOf; longM1 and longM2 mix the words of a token longer than 8
+// bytes.
+const (
+	keySeed        = 0x9E3779B97F4A7C15
+	longM1, longM2 = keySeed, 0xBF58476D1CE4E5B9
+)
 
 // shortHash is keyOf's hash of a token of at most 8 bytes whose key is head: one multiply,
 // whose top bits (the slot) depend on every bit of head and n. It costs a few instructions
@@ -229,7 +233,6 @@ func shortHash(head uint64, n int) uint64 {
 
 // keyOf returns the first 8 bytes of b packed little-endian (zero-padded) and b's hash.
 func keyOf(b []byte) (head, hash uint64) {
-	const m1, m2 = keySeed, 0xBF58476D1CE4E5B9
 	if len(b) >= 8 {
 		head = binary.LittleEndian.Uint64(b)
 		if len(b) > 8 {
@@ -242,8 +245,8 @@ func keyOf(b []byte) (head, hash uint64) {
 				mid = loadTail(b[8:])
 			}
 			tail := binary.LittleEndian.Uint64(b[len(b)-8:])
-			h := (head ^ m1) * m2
-			h = (h ^ h>>31 ^ mid) * m1
+			h := (head ^ longM1) * longM2
+			h = (h ^ h>>31 ^ mid) * longM1
 			return head, fmix(h ^ h>>29 ^ tail ^ uint64(len(b))<<56)
 		}
 	} else {

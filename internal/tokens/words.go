@@ -22,8 +22,8 @@ import (
 //     (" ?[^\s\p{L}\p{N}]+" stops at the space, and no word or number follows it).
 //
 // The bytes are classified a word at a time, with no branch but the one that tells a word from
-// punctuation, and the lookup is vocab.probe written out: the loop calls nothing on its way
-// through words of up to 7 bytes, so the text, the table and the count stay in registers.
+// punctuation, and the lookups are vocab.probe and vocab.rank written out: the loop calls
+// nothing, so the text, the table and the count stay in registers.
 // TestWords holds it to the general matchers and to rank.
 func (v *vocab) words(t []byte, i int, o200k bool) (int, int) {
 	slots := unsafe.Pointer(unsafe.SliceData(v.slots))
@@ -61,7 +61,7 @@ next:
 			break
 		}
 		if end == 0 {
-			// A longer word: it ends within the next load, and rank looks it up.
+			// A longer word: it ends within the next load.
 			if i+16 > len(t) {
 				break
 			}
@@ -73,13 +73,26 @@ next:
 			if end == 0 || (x|(q-oneBits)&^q&apos)&end != 0 {
 				break
 			}
+			// keyOf's hash and rank's probe, written out: mid is bytes 8 to n-1 of the word
+			// (as loadTail packs them). The head and the last 8 bytes cover the whole word, so
+			// a slot with the same head and length is the word when the token's own last 8
+			// bytes (in the arena) are the word's: a token met on the probe sequence that
+			// differs only there is not counted.
 			n := 8 + bits.TrailingZeros64(end)>>3
-			if v.rank(t[i:i+n]) == noRank {
-				break
+			head, mid, tail := load64(t, i), x&(end>>7-1), load64(t, i+n-8)
+			h := (head ^ longM1) * longM2
+			h = (h ^ h>>31 ^ mid) * longM1
+			for k := fmix(h^h>>29^tail^uint64(n)<<56) >> shift; ; k = (k + 1) & mask {
+				e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
+				if e.head == head && int(e.n) == n && load64(v.arena, int(v.off[e.rank])-8) == tail {
+					count++
+					i += n
+					continue next
+				}
+				if e.rank == 0 {
+					break next
+				}
 			}
-			count++
-			i += n
-			continue
 		}
 		// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe. The
 		// apostrophe test q is exact up to the first apostrophe, and the word has none.
