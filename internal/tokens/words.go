@@ -48,9 +48,11 @@ next:
 		up := (y + 0x3f*oneBits) &^ (y + 0x25*oneBits) &^ x & caps // upper-case ASCII
 		p := up&0x80 | sp | sp<<8&up
 		yf := (x | fold) &^ highBits
-		lower := (yf + 0x1f*oneBits) &^ (yf + 0x05*oneBits) &^ x // as lowerBytes, before its mask
-		z := ^(lower | p) & highBits                             // bit 7 of the bytes outside the piece
-		end := z & -z                                            // bit 7 of the byte that ends the piece (0: beyond this load)
+		// lower is lowerBytes before its mask; z has bit 7 of the bytes outside the piece, end
+		// that of the byte that ends it (0: beyond this load).
+		lower := (yf + 0x1f*oneBits) &^ (yf + 0x05*oneBits) &^ x
+		z := ^(lower | p) & highBits
+		end := z & -z
 		if lower&(end-1)&highBits == 0 {
 			// No letters: one punctuation byte before a space is a piece and a token.
 			if b := byte(x); b < 0x80 && asciiClass[b&0x7f]&clsWord == 0 && byte(x>>8) == ' ' {
