@@ -62,48 +62,52 @@ next:
 			}
 			break
 		}
+		var head uint64
+		var n int
 		if end == 0 {
 			// A longer word: it ends within the next load.
 			if i+16 > len(t) {
 				break
 			}
-			x := load64(t, i+8)
-			yf := (x | fold) &^ highBits
-			z := ^((yf + 0x1f*oneBits) &^ (yf + 0x05*oneBits) &^ x) & highBits
+			x2 := load64(t, i+8)
+			yf := (x2 | fold) &^ highBits
+			z := ^((yf + 0x1f*oneBits) &^ (yf + 0x05*oneBits) &^ x2) & highBits
 			end := z & -z
-			q := x ^ '\''*oneBits
-			if end == 0 || (x|(q-oneBits)&^q&apos)&end != 0 {
+			q := x2 ^ '\''*oneBits
+			if end == 0 || (x2|(q-oneBits)&^q&apos)&end != 0 {
 				break
 			}
 			// keyOf's hash and rank's probe, written out: mid is bytes 8 to n-1 of the word
 			// (as loadTail packs them). The head and the last 8 bytes cover the whole word, so
 			// a slot with the same head and length is the word when the token's own last 8
 			// bytes (in the arena) are the word's: a token met on the probe sequence that
-			// differs only there is not counted.
-			n := 8 + bits.TrailingZeros64(end)>>3
-			head, mid, tail := load64(t, i), x&(end>>7-1), load64(t, i+n-8)
-			h := (head ^ longM1) * longM2
-			h = (h ^ h>>31 ^ mid) * longM1
-			for k := fmix(h^h>>29^tail^uint64(n)<<56) >> shift; ; k = (k + 1) & mask {
-				e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
-				if e.head == head && int(e.n) == n && load64(v.arena, int(v.off[e.rank])-8) == tail {
-					count++
-					i += n
-					continue next
-				}
-				if e.rank == 0 {
-					break next
+			// differs only there is not counted. A word of 8 bytes is a short one.
+			head, n = x, 8+bits.TrailingZeros64(end)>>3
+			if n > 8 {
+				mid, tail := x2&(end>>7-1), load64(t, i+n-8)
+				h := (head ^ longM1) * longM2
+				h = (h ^ h>>31 ^ mid) * longM1
+				for k := fmix(h^h>>29^tail^uint64(n)<<56) >> shift; ; k = (k + 1) & mask {
+					e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
+					if e.head == head && int(e.n) == n && load64(v.arena, int(v.off[e.rank])-8) == tail {
+						count++
+						i += n
+						continue next
+					}
+					if e.rank == 0 {
+						break next
+					}
 				}
 			}
+		} else {
+			// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe.
+			// The apostrophe test q is exact up to the first apostrophe, and the word has none.
+			q := x ^ '\''*oneBits
+			if (x|(q-oneBits)&^q&apos)&end != 0 {
+				break
+			}
+			head, n = x&(end>>7-1), bits.TrailingZeros64(end)>>3
 		}
-		// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe. The
-		// apostrophe test q is exact up to the first apostrophe, and the word has none.
-		q := x ^ '\''*oneBits
-		if (x|(q-oneBits)&^q&apos)&end != 0 {
-			break
-		}
-		head := x & (end>>7 - 1)
-		n := bits.TrailingZeros64(end) >> 3
 		for k := shortHash(head, n) >> shift; ; k = (k + 1) & mask {
 			e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
 			if e.head == head && int(e.n) == n {
