@@ -108,10 +108,12 @@
 // instead of tiktoken-go's O(n²). Lookups go through cache-resident Bloom filters before the
 // hash table, which on Linux sits on transparent huge pages where the kernel allows them
 // (huge_linux.go). The commonest pieces skip the general scanners: vocab.words decides runs of
-// English words and punctuation, each from one 8-byte load (two for words of 8 to 15 bytes)
-// classified a word at a time, and looks them up without a call; asciiWord, asciiLetters and
-// asciiSymbols decide most other ASCII pieces. TestWords and TestASCIIWordFastPath hold them to
-// the general matchers. Counting builds no token list and allocates nothing for ordinary text.
+// English words and punctuation and looks them up without a call, each word from one 16-byte
+// window classified by SSE2 compares on amd64 (words_amd64.s; the purego build tag turns it
+// off) and from 8-byte loads classified in general registers elsewhere; asciiWord,
+// asciiLetters and asciiSymbols decide most other ASCII pieces. TestWords, TestWordsSSE and
+// TestASCIIWordFastPath hold them to the general matchers and to each other. Counting builds no
+// token list and allocates nothing for ordinary text.
 //
 // Chat clients resend the whole conversation on every turn, and the same system prompt and
 // tools on every request. A Pricer keeps a fixed table (Options.CountCache, 65,536 entries,

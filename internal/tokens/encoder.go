@@ -56,6 +56,7 @@ func load(name string, split splitFunc) (*Encoder, error) {
 		return nil, fmt.Errorf("tokens: %s: %w", name, err)
 	}
 	v.runs = uniformRules[name]
+	v.setWords(name == O200K)
 	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64(), o200k: name == O200K}
 	e.pool.New = func() any { return new(scratch) }
 	return e, nil

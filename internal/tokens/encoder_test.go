@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
@@ -351,6 +352,78 @@ func TestWords(t *testing.T) {
 		t.Logf("%s: %d runs, %d short words, %d long words, %d punctuation", enc.name, runs, short, long, punct)
 		if min(short, long, punct) < 5000 {
 			t.Fatalf("%s: words decided %d short words, %d long words and %d punctuation: the test exercises too little", enc.name, short, long, punct)
+		}
+	}
+}
+
+// TestWordsSSE: where 16 bytes are left, wordsSSE must count the same run as wordsGo, piece
+// for piece, on texts dense in words of every length and in what ends them; TestWords holds
+// both, through words, to the general matchers.
+func TestWordsSSE(t *testing.T) {
+	t.Parallel()
+	if !haveSSE {
+		t.Log("no assembly on this platform: words is wordsGo")
+		return
+	}
+	alphabet := []string{" ", "a", "Z", "'", "'s", "7", ",", ".", ". ", "\n", "\t", "é", "中",
+		"\x01", "\x7f", "\u00a0", "\xff", "\x00", "(", "-", "  "}
+	words := []string{" the", " of", "the", " The", " model", " Model", " tokens", " throughput",
+		" summarize", " paragraph", " international", " straightforwardly", " abcdefghijklmnop",
+		" userId", " iPhone", " HTTP", "hello", " it's", " résumé", " x", " requests", " overall",
+		" breakfast", " qwertyuiop", " Responsibilities"}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, name := range []string{O200K, CL100K} {
+		v := mustEncoding(t, name).vocab
+		o200k := name == O200K
+		pieces, runs := 0, 0
+		for range 30000 {
+			var b []byte
+			for range 2 + rng.IntN(24) {
+				if rng.IntN(4) > 0 {
+					b = append(b, words[rng.IntN(len(words))]...)
+				} else {
+					b = append(b, alphabet[rng.IntN(len(alphabet))]...)
+				}
+			}
+			for i := 0; i+16 <= len(b); i++ {
+				gi, gn := v.wordsGo(b, i, o200k)
+				si, sn := wordsSSE(b, i, &v.table)
+				if si+16 <= len(b) {
+					if si != gi || sn != gn {
+						t.Fatalf("%s %q from %d: wordsSSE stops at %d after %d pieces, wordsGo at %d after %d", name, b, i, si, sn, gi, gn)
+					}
+				} else if ti, tn := v.wordsGo(b, si, o200k); ti != gi || sn+tn != gn {
+					t.Fatalf("%s %q from %d: wordsSSE then wordsGo stop at %d after %d pieces, wordsGo alone at %d after %d", name, b, i, ti, sn+tn, gi, gn)
+				}
+				pieces += sn
+				if sn > 0 {
+					runs++
+				}
+			}
+		}
+		t.Logf("%s: wordsSSE counted %d pieces in %d runs", name, pieces, runs)
+		if pieces < 100000 {
+			t.Fatalf("%s: wordsSSE counted only %d pieces: the test exercises too little", name, pieces)
+		}
+	}
+}
+
+// TestWordTableLayout: the offsets words_amd64.s reads wordTable's fields at.
+func TestWordTableLayout(t *testing.T) {
+	t.Parallel()
+	var w wordTable
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"slots", unsafe.Offsetof(w.slots), 0}, {"mask", unsafe.Offsetof(w.mask), 8},
+		{"shift", unsafe.Offsetof(w.shift), 16}, {"caps", unsafe.Offsetof(w.caps), 24},
+		{"apos", unsafe.Offsetof(w.apos), 32}, {"arena", unsafe.Offsetof(w.arena), 40},
+		{"off", unsafe.Offsetof(w.off), 48}, {"class", unsafe.Offsetof(w.class), 56},
+		{"word", unsafe.Offsetof(w.word), 64}, {"fold", unsafe.Offsetof(w.fold), 72},
+	} {
+		if f.got != f.want {
+			t.Errorf("wordTable.%s at offset %d, words_amd64.s reads it at %d", f.name, f.got, f.want)
 		}
 	}
 }

@@ -35,6 +35,7 @@ type vocab struct {
 	size     int           // number of tokens
 	runs     *[256]runRule // counts of one byte repeated (uniform.go); nil: none
 	mapped   int           // bytes of slots mapped outside the Go heap (hugeBytes), 0 if none
+	table    wordTable     // what wordsSSE reads (setWords)
 }
 
 // slot is one hash table entry: the token's first 8 bytes packed little-endian (so most

@@ -21,11 +21,29 @@ import (
 //   - one ASCII punctuation byte followed by a space, which both splits make a piece of its own
 //     (" ?[^\s\p{L}\p{N}]+" stops at the space, and no word or number follows it).
 //
-// The bytes are classified a word at a time, with no branch but the one that tells a word from
-// punctuation, and the lookups are vocab.probe and vocab.rank written out: the loop calls
-// nothing, so the text, the table and the count stay in registers.
-// TestWords holds it to the general matchers and to rank.
+// Where 16 bytes are left, wordsSSE (words_amd64.s) classifies them with SSE2 compares; the
+// rest of the text, and machines without it, go through wordsGo, which classifies 8 bytes at a
+// time in general registers. Both look up without a call (vocab.probe and vocab.rank written
+// out), so the text, the table and the count stay in registers. TestWords holds words to the
+// general matchers and to rank, TestWordsSSE the two loops to each other.
 func (v *vocab) words(t []byte, i int, o200k bool) (int, int) {
+	if i < 0 {
+		return i, 0
+	}
+	if haveSSE && i+16 <= len(t) {
+		j, n := wordsSSE(t, i, &v.table)
+		if j+16 <= len(t) {
+			return j, n
+		}
+		i, n2 := v.wordsGo(t, j, o200k)
+		return i, n + n2
+	}
+	return v.wordsGo(t, i, o200k)
+}
+
+// wordsGo is words in Go, over 8-byte loads: where fewer than 16 bytes are left, and on
+// machines without wordsSSE.
+func (v *vocab) wordsGo(t []byte, i int, o200k bool) (int, int) {
 	slots := unsafe.Pointer(unsafe.SliceData(v.slots))
 	mask, shift := uint64(len(v.slots)-1), v.shift
 	var fold, caps, apos uint64
@@ -35,9 +53,6 @@ func (v *vocab) words(t []byte, i int, o200k bool) (int, int) {
 		fold = letterByte * oneBits // A-Z count as a-z
 	}
 	count := 0
-	if i < 0 {
-		return i, 0
-	}
 next:
 	for i+8 <= len(t) {
 		x := load64(t, i)

@@ -1,0 +1,233 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// Byte constants of wordsSSE, 16 of each: bias that maps a-z (and, from 0x3f, A-Z) onto
+// 0x80-0x99, the signed limit 0x9a below which a biased byte is in that range, the space and
+// the apostrophe.
+DATA wordsConst<>+0x00(SB)/8, $0x1f1f1f1f1f1f1f1f
+DATA wordsConst<>+0x08(SB)/8, $0x1f1f1f1f1f1f1f1f
+DATA wordsConst<>+0x10(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA wordsConst<>+0x18(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA wordsConst<>+0x20(SB)/8, $0x9a9a9a9a9a9a9a9a
+DATA wordsConst<>+0x28(SB)/8, $0x9a9a9a9a9a9a9a9a
+DATA wordsConst<>+0x30(SB)/8, $0x2020202020202020
+DATA wordsConst<>+0x38(SB)/8, $0x2020202020202020
+DATA wordsConst<>+0x40(SB)/8, $0x2727272727272727
+DATA wordsConst<>+0x48(SB)/8, $0x2727272727272727
+GLOBL wordsConst<>(SB), RODATA|NOPTR, $80
+
+// func wordsSSE(t []byte, i int, w *wordTable) (next, count int)
+//
+// Registers: SI the text, DX the last i with 16 bytes left, R8 i, AX the count, DI the
+// wordTable, R9 its slots, R10 its mask; X8-X13 the constants and the fold. Locals: 0(SP) a
+// long word's last 8 bytes, 8(SP) its bytes 8 to n-1.
+TEXT ·wordsSSE(SB), NOSPLIT, $16-56
+	MOVQ t_base+0(FP), SI
+	MOVQ t_len+8(FP), DX
+	SUBQ $16, DX
+	MOVQ i+24(FP), R8
+	MOVQ w+32(FP), DI
+	MOVQ 0(DI), R9
+	MOVQ 8(DI), R10
+	XORQ AX, AX
+	MOVOU wordsConst<>+0x00(SB), X8
+	MOVOU wordsConst<>+0x10(SB), X9
+	MOVOU wordsConst<>+0x20(SB), X10
+	MOVOU wordsConst<>+0x30(SB), X11
+	MOVOU wordsConst<>+0x40(SB), X12
+	MOVOU 72(DI), X13
+
+loop:
+	CMPQ R8, DX
+	JGT  done
+	MOVOU (SI)(R8*1), X0
+
+	// R11: the letters of a word (bit j for byte j); R12: the capitals (o200k_base); BX: the
+	// spaces.
+	MOVOU    X0, X1
+	POR      X13, X1
+	PADDB    X8, X1
+	MOVOU    X10, X2
+	PCMPGTB  X1, X2
+	PMOVMSKB X2, R11
+	MOVOU    X0, X3
+	PADDB    X9, X3
+	MOVOU    X10, X4
+	PCMPGTB  X3, X4
+	PMOVMSKB X4, R12
+	ANDQ     24(DI), R12
+	MOVOU    X0, X5
+	PCMPEQB  X11, X5
+	PMOVMSKB X5, BX
+
+	// R13, the prefix: bit 0 for a space or a capital at byte 0, bit 1 for a capital at
+	// byte 1 after a space. CX, the word's length n: the first byte that is neither prefix
+	// nor letter. BX, the prefix's length.
+	MOVQ BX, R13
+	ORQ  R12, R13
+	ANDQ $1, R13
+	SHLQ $1, BX
+	ANDQ BX, R12
+	ANDQ $2, R12
+	ORQ  R12, R13
+	ORQ  R13, R11
+	NOTQ R11
+	BSFQ R11, CX
+	NOTQ R13
+	BSFQ R13, BX
+	CMPQ CX, BX
+	JLE  symbol
+	CMPQ CX, $15
+	JGT  done
+
+	// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe.
+	PMOVMSKB X0, BX
+	PCMPEQB  X12, X0
+	PMOVMSKB X0, R12
+	ANDQ     32(DI), R12
+	ORQ      R12, BX
+	BTQ      CX, BX
+	JCS      done
+
+	// R12: n; BX: the head (the first 8 bytes, those of the word only when n < 8).
+	MOVQ CX, R12
+	MOVQ (SI)(R8*1), BX
+	CMPQ CX, $8
+	JGT  long
+	SHLQ $3, CX
+	NEGQ CX
+	ADDQ $64, CX
+	SHLQ CX, BX
+	SHRQ CX, BX
+
+	// R11: the slot, shortHash(head, n) >> shift.
+	MOVQ  R12, R11
+	SHLQ  $56, R11
+	XORQ  BX, R11
+	MOVQ  $0x9E3779B97F4A7C15, R13
+	XORQ  R13, R11
+	MOVQ  $0xBF58476D1CE4E5B9, R13
+	IMULQ R13, R11
+	MOVQ  16(DI), CX
+	SHRQ  CX, R11
+
+probe:
+	MOVQ    R11, R13
+	SHLQ    $4, R13
+	CMPQ    BX, (R9)(R13*1)
+	JNE     miss
+	MOVLQZX 12(R9)(R13*1), CX
+	CMPQ    CX, R12
+	JNE     miss
+	INCQ    AX
+	ADDQ    R12, R8
+	JMP     loop
+
+miss:
+	MOVL  8(R9)(R13*1), CX
+	TESTL CX, CX
+	JEQ   done
+	INCQ  R11
+	ANDQ  R10, R11
+	JMP   probe
+
+symbol:
+	// No letters: one ASCII punctuation byte before a space is a piece and a token.
+	MOVBQZX (SI)(R8*1), BX
+	CMPQ    BX, $0x80
+	JAE     done
+	MOVQ    56(DI), R12
+	MOVBQZX (R12)(BX*1), BX
+	TESTQ   64(DI), BX
+	JNE     done
+	CMPB    1(SI)(R8*1), $0x20
+	JNE     done
+	INCQ    AX
+	INCQ    R8
+	JMP     loop
+
+long:
+	// A word of 9 to 15 bytes: keyOf's hash of head, mid (bytes 8 to n-1) and tail (the
+	// last 8 bytes), then rank's probe, the tail compared with the token's own in the arena.
+	MOVQ 8(SI)(R8*1), R11
+	SHLQ $3, CX
+	NEGQ CX
+	ADDQ $128, CX
+	SHLQ CX, R11
+	SHRQ CX, R11
+	MOVQ R11, 8(SP)
+	LEAQ -8(R8)(R12*1), CX
+	MOVQ (SI)(CX*1), CX
+	MOVQ CX, 0(SP)
+
+	MOVQ  $0x9E3779B97F4A7C15, R11
+	XORQ  BX, R11
+	MOVQ  $0xBF58476D1CE4E5B9, CX
+	IMULQ CX, R11
+	MOVQ  R11, CX
+	SHRQ  $31, CX
+	XORQ  CX, R11
+	XORQ  8(SP), R11
+	MOVQ  $0x9E3779B97F4A7C15, CX
+	IMULQ CX, R11
+	MOVQ  R11, CX
+	SHRQ  $29, CX
+	XORQ  CX, R11
+	XORQ  0(SP), R11
+	MOVQ  R12, CX
+	SHLQ  $56, CX
+	XORQ  CX, R11
+
+	// fmix
+	MOVQ  R11, CX
+	SHRQ  $33, CX
+	XORQ  CX, R11
+	MOVQ  $0xff51afd7ed558ccd, CX
+	IMULQ CX, R11
+	MOVQ  R11, CX
+	SHRQ  $33, CX
+	XORQ  CX, R11
+	MOVQ  $0xc4ceb9fe1a85ec53, CX
+	IMULQ CX, R11
+	MOVQ  R11, CX
+	SHRQ  $33, CX
+	XORQ  CX, R11
+	MOVQ  16(DI), CX
+	SHRQ  CX, R11
+
+lprobe:
+	MOVQ    R11, R13
+	SHLQ    $4, R13
+	CMPQ    BX, (R9)(R13*1)
+	JNE     lmiss
+	MOVLQZX 12(R9)(R13*1), CX
+	CMPQ    CX, R12
+	JNE     lmiss
+	MOVLQZX 8(R9)(R13*1), CX
+	MOVQ    48(DI), R13
+	MOVLQZX (R13)(CX*4), CX
+	MOVQ    40(DI), R13
+	MOVQ    -8(R13)(CX*1), CX
+	CMPQ    CX, 0(SP)
+	JEQ     lfound
+	MOVQ    R11, R13
+	SHLQ    $4, R13
+
+lmiss:
+	MOVL  8(R9)(R13*1), CX
+	TESTL CX, CX
+	JEQ   done
+	INCQ  R11
+	ANDQ  R10, R11
+	JMP   lprobe
+
+lfound:
+	INCQ AX
+	ADDQ R12, R8
+	JMP  loop
+
+done:
+	MOVQ R8, next+40(FP)
+	MOVQ AX, count+48(FP)
+	RET

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package tokens
+
+// haveSSE: words has no assembly here.
+const haveSSE = false
+
+func wordsSSE(t []byte, i int, w *wordTable) (next, count int) { return i, 0 }
