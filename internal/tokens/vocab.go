@@ -206,7 +206,7 @@ func (v *vocab) shortHead(head uint64, n int) bool {
 // bytes included: rank's probe without the tail comparison, written out (as a shared function
 // call it cost 7% more instructions per Count, scripts/count-cost.sh).
 func (v *vocab) probe(head uint64, n int) bool {
-	for s := shortHash(head, n) >> v.shift; ; s = (s + 1) & v.mask {
+	for s := shortHash(head) >> v.shift; ; s = (s + 1) & v.mask {
 		e := &v.slots[s]
 		if e.head == head && int(e.n) == n { // an empty slot has n 0
 			return true
@@ -230,7 +230,7 @@ const (
 // length. It costs two instructions on the path of every word (vocab.words), against about
 // ten for fmix; the longest probe run is shorter than with fmix (TestProbeBound: 23 slots of
 // 524,288 in o200k_base, 34 before).
-func shortHash(head uint64, n int) uint64 {
+func shortHash(head uint64) uint64 {
 	return head * 0xBF58476D1CE4E5B9
 }
 
@@ -255,7 +255,7 @@ func keyOf(b []byte) (head, hash uint64) {
 	} else {
 		head = loadTail(b)
 	}
-	return head, shortHash(head, len(b))
+	return head, shortHash(head)
 }
 
 // fmix is MurmurHash3's 64-bit finaliser: every input bit affects every output bit, so the

@@ -123,7 +123,7 @@ next:
 			}
 			head, n = x&(end>>7-1), bits.TrailingZeros64(end)>>3
 		}
-		for k := shortHash(head, n) >> shift; ; k = (k + 1) & mask {
+		for k := shortHash(head) >> shift; ; k = (k + 1) & mask {
 			e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
 			if e.head == head && int(e.n) == n {
 				count++
