@@ -6,11 +6,11 @@ import (
 	"unsafe"
 )
 
-// words counts the run of pieces from t[i] on (i+8 <= len(t)) that are decided from whole
-// 8-byte loads and are one token each, and returns where the run stops and its token count.
-// It stops at the first piece it cannot decide or that is not one token, or where fewer than 8
-// bytes are left; the encoder's loop splits and counts that piece the general way and calls it
-// again. The pieces it decides are most pieces of prose:
+// words counts the run of pieces from t[i] on (i+8 <= len(t)) that it can decide from the 16
+// (or 8) bytes at each piece and that are one token each, and returns where the run stops and
+// its token count. It stops at the first piece it cannot decide or that is not one token, or
+// where fewer than 8 bytes are left; the encoder's loop splits and counts that piece the
+// general way and calls it again. The pieces it decides are most pieces of prose:
 //
 //   - a word: an optional space, (o200k_base) an optional capital, and ASCII lower-case letters
 //     (cl100k_base: ASCII letters), ended by an ASCII byte that (o200k_base) is not an
