@@ -416,11 +416,11 @@ func TestWordTableLayout(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"slots", unsafe.Offsetof(w.slots), 0}, {"mask", unsafe.Offsetof(w.mask), 8},
+		{"slots", unsafe.Offsetof(w.slots), 0}, {"smask", unsafe.Offsetof(w.smask), 8},
 		{"shift", unsafe.Offsetof(w.shift), 16}, {"caps", unsafe.Offsetof(w.caps), 24},
-		{"apos", unsafe.Offsetof(w.apos), 32}, {"arena", unsafe.Offsetof(w.arena), 40},
-		{"off", unsafe.Offsetof(w.off), 48}, {"class", unsafe.Offsetof(w.class), 56},
-		{"word", unsafe.Offsetof(w.word), 64}, {"fold", unsafe.Offsetof(w.fold), 72},
+		{"arena", unsafe.Offsetof(w.arena), 32}, {"off", unsafe.Offsetof(w.off), 40},
+		{"class", unsafe.Offsetof(w.class), 48}, {"word", unsafe.Offsetof(w.word), 56},
+		{"fold", unsafe.Offsetof(w.fold), 64}, {"ending", unsafe.Offsetof(w.ending), 80},
 	} {
 		if f.got != f.want {
 			t.Errorf("wordTable.%s at offset %d, words_amd64.s reads it at %d", f.name, f.got, f.want)

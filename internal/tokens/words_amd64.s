@@ -3,8 +3,7 @@
 #include "textflag.h"
 
 // Byte constants of wordsSSE, 16 of each: bias that maps a-z (and, from 0x3f, A-Z) onto
-// 0x80-0x99, the signed limit 0x9a below which a biased byte is in that range, the space and
-// the apostrophe.
+// 0x80-0x99, the signed limit 0x9a below which a biased byte is in that range, and the space.
 DATA wordsConst<>+0x00(SB)/8, $0x1f1f1f1f1f1f1f1f
 DATA wordsConst<>+0x08(SB)/8, $0x1f1f1f1f1f1f1f1f
 DATA wordsConst<>+0x10(SB)/8, $0x3f3f3f3f3f3f3f3f
@@ -13,34 +12,44 @@ DATA wordsConst<>+0x20(SB)/8, $0x9a9a9a9a9a9a9a9a
 DATA wordsConst<>+0x28(SB)/8, $0x9a9a9a9a9a9a9a9a
 DATA wordsConst<>+0x30(SB)/8, $0x2020202020202020
 DATA wordsConst<>+0x38(SB)/8, $0x2020202020202020
-DATA wordsConst<>+0x40(SB)/8, $0x2727272727272727
-DATA wordsConst<>+0x48(SB)/8, $0x2727272727272727
-GLOBL wordsConst<>(SB), RODATA|NOPTR, $80
+GLOBL wordsConst<>(SB), RODATA|NOPTR, $64
+
+// headMask<>+8n keeps the low n bytes of a word (n = 0 to 8).
+DATA headMask<>+0x00(SB)/8, $0
+DATA headMask<>+0x08(SB)/8, $0xff
+DATA headMask<>+0x10(SB)/8, $0xffff
+DATA headMask<>+0x18(SB)/8, $0xffffff
+DATA headMask<>+0x20(SB)/8, $0xffffffff
+DATA headMask<>+0x28(SB)/8, $0xffffffffff
+DATA headMask<>+0x30(SB)/8, $0xffffffffffff
+DATA headMask<>+0x38(SB)/8, $0xffffffffffffff
+DATA headMask<>+0x40(SB)/8, $0xffffffffffffffff
+GLOBL headMask<>(SB), RODATA|NOPTR, $72
 
 // func wordsSSE(t []byte, i int, w *wordTable) (next, count int)
 //
 // Registers: SI the text, DX the last i with 16 bytes left, R8 i, AX the count, DI the
-// wordTable, R9 its slots, R10 its mask; X8-X13 the constants and the fold. Locals: 0(SP) a
-// long word's last 8 bytes, 8(SP) its bytes 8 to n-1.
+// wordTable, R9 its slots, R10 headMask; X8-X11 the constants, X12 the byte that may not end
+// a word, X13 the fold. Locals: 0(SP) a long word's last 8 bytes, 8(SP) its bytes 8 to n-1.
 TEXT ·wordsSSE(SB), NOSPLIT, $16-56
-	MOVQ t_base+0(FP), SI
-	MOVQ t_len+8(FP), DX
-	SUBQ $16, DX
-	MOVQ i+24(FP), R8
-	MOVQ w+32(FP), DI
-	MOVQ 0(DI), R9
-	MOVQ 8(DI), R10
-	XORQ AX, AX
+	MOVQ  t_base+0(FP), SI
+	MOVQ  t_len+8(FP), DX
+	SUBQ  $16, DX
+	MOVQ  i+24(FP), R8
+	MOVQ  w+32(FP), DI
+	MOVQ  0(DI), R9
+	LEAQ  headMask<>(SB), R10
+	XORQ  AX, AX
 	MOVOU wordsConst<>+0x00(SB), X8
 	MOVOU wordsConst<>+0x10(SB), X9
 	MOVOU wordsConst<>+0x20(SB), X10
 	MOVOU wordsConst<>+0x30(SB), X11
-	MOVOU wordsConst<>+0x40(SB), X12
-	MOVOU 72(DI), X13
+	MOVOU 80(DI), X12
+	MOVOU 64(DI), X13
 
 loop:
-	CMPQ R8, DX
-	JGT  done
+	CMPQ  R8, DX
+	JGT   done
 	MOVOU (SI)(R8*1), X0
 
 	// R11: the letters of a word (bit j for byte j); R12: the capitals (o200k_base); BX: the
@@ -82,59 +91,51 @@ loop:
 	JGT  done
 
 	// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe.
-	PMOVMSKB X0, BX
-	PCMPEQB  X12, X0
-	PMOVMSKB X0, R12
-	ANDQ     32(DI), R12
-	ORQ      R12, BX
+	MOVOU    X0, X6
+	PCMPEQB  X12, X6
+	POR      X0, X6
+	PMOVMSKB X6, BX
 	BTQ      CX, BX
 	JCS      done
 
-	// R12: n; BX: the head (the first 8 bytes, those of the word only when n < 8).
+	// R12: n; BX: the word's bytes (its first 8 when n > 8).
 	MOVQ CX, R12
 	MOVQ (SI)(R8*1), BX
 	CMPQ CX, $8
 	JGT  long
-	SHLQ $3, CX
-	NEGQ CX
-	ADDQ $64, CX
-	SHLQ CX, BX
-	SHRQ CX, BX
+	ANDQ (R10)(CX*8), BX
 
-	// R11: the slot, shortHash(head, n) >> shift.
+	// R11: the slot's offset, shortHash(head) >> shift, 16-aligned.
 	MOVQ  $0xBF58476D1CE4E5B9, R11
 	IMULQ BX, R11
 	MOVQ  16(DI), CX
 	SHRQ  CX, R11
+	ANDQ  $-16, R11
 
 probe:
-	MOVQ    R11, R13
-	SHLQ    $4, R13
-	CMPQ    BX, (R9)(R13*1)
-	JNE     miss
-	MOVLQZX 12(R9)(R13*1), CX
-	CMPQ    CX, R12
-	JNE     miss
-	INCQ    AX
-	ADDQ    R12, R8
-	JMP     loop
+	CMPQ BX, (R9)(R11*1)
+	JNE  miss
+	CMPL R12, 12(R9)(R11*1)
+	JNE  miss
+	INCQ AX
+	ADDQ R12, R8
+	JMP  loop
 
 miss:
-	MOVL  8(R9)(R13*1), CX
-	TESTL CX, CX
-	JEQ   done
-	INCQ  R11
-	ANDQ  R10, R11
-	JMP   probe
+	CMPL 8(R9)(R11*1), $0
+	JEQ  done
+	ADDQ $16, R11
+	ANDQ 8(DI), R11
+	JMP  probe
 
 symbol:
 	// No letters: one ASCII punctuation byte before a space is a piece and a token.
 	MOVBQZX (SI)(R8*1), BX
 	CMPQ    BX, $0x80
 	JAE     done
-	MOVQ    56(DI), R12
+	MOVQ    48(DI), R12
 	MOVBQZX (R12)(BX*1), BX
-	TESTQ   64(DI), BX
+	TESTQ   56(DI), BX
 	JNE     done
 	CMPB    1(SI)(R8*1), $0x20
 	JNE     done
@@ -146,11 +147,7 @@ long:
 	// A word of 9 to 15 bytes: keyOf's hash of head, mid (bytes 8 to n-1) and tail (the
 	// last 8 bytes), then rank's probe, the tail compared with the token's own in the arena.
 	MOVQ 8(SI)(R8*1), R11
-	SHLQ $3, CX
-	NEGQ CX
-	ADDQ $128, CX
-	SHLQ CX, R11
-	SHRQ CX, R11
+	ANDQ -64(R10)(CX*8), R11
 	MOVQ R11, 8(SP)
 	LEAQ -8(R8)(R12*1), CX
 	MOVQ (SI)(CX*1), CX
@@ -190,37 +187,30 @@ long:
 	XORQ  CX, R11
 	MOVQ  16(DI), CX
 	SHRQ  CX, R11
+	ANDQ  $-16, R11
 
 lprobe:
-	MOVQ    R11, R13
-	SHLQ    $4, R13
-	CMPQ    BX, (R9)(R13*1)
+	CMPQ    BX, (R9)(R11*1)
 	JNE     lmiss
-	MOVLQZX 12(R9)(R13*1), CX
-	CMPQ    CX, R12
+	CMPL    R12, 12(R9)(R11*1)
 	JNE     lmiss
-	MOVLQZX 8(R9)(R13*1), CX
-	MOVQ    48(DI), R13
-	MOVLQZX (R13)(CX*4), CX
+	MOVLQZX 8(R9)(R11*1), CX
 	MOVQ    40(DI), R13
+	MOVLQZX (R13)(CX*4), CX
+	MOVQ    32(DI), R13
 	MOVQ    -8(R13)(CX*1), CX
 	CMPQ    CX, 0(SP)
-	JEQ     lfound
-	MOVQ    R11, R13
-	SHLQ    $4, R13
+	JNE     lmiss
+	INCQ    AX
+	ADDQ    R12, R8
+	JMP     loop
 
 lmiss:
-	MOVL  8(R9)(R13*1), CX
-	TESTL CX, CX
-	JEQ   done
-	INCQ  R11
-	ANDQ  R10, R11
-	JMP   lprobe
-
-lfound:
-	INCQ AX
-	ADDQ R12, R8
-	JMP  loop
+	CMPL 8(R9)(R11*1), $0
+	JEQ  done
+	ADDQ $16, R11
+	ANDQ 8(DI), R11
+	JMP  lprobe
 
 done:
 	MOVQ R8, next+40(FP)
