@@ -82,7 +82,7 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 	var sc *scratch
 	for i := 0; i < len(text); {
 		// Most pieces of prose are short words and punctuation, one token each: words counts
-		// runs of them from one load each. The piece it stops at goes the general way.
+		// runs of them. The piece it stops at goes the general way.
 		if i+8 <= len(text) {
 			var run int
 			i, run = v.words(text, i, e.o200k)

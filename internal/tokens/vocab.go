@@ -217,12 +217,9 @@ func (v *vocab) probe(head uint64, n int) bool {
 	}
 }
 
-// keySeed seeds the hashes of keyOf; longM1 and longM2 mix the words of a token longer than 8
-// bytes.
-const (
-	keySeed        = 0x9E3779B97F4A7C15
-	longM1, longM2 = keySeed, 0xBF58476D1CE4E5B9
-)
+// The multipliers of keyOf's hashes (words_amd64.s repeats them): hashM1 and hashM2 mix the
+// words of a token longer than 8 bytes, and a short token's hash is its head times hashM2.
+const hashM1, hashM2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9
 
 // shortHash is keyOf's hash of a token of at most 8 bytes whose key is head: one multiply,
 // whose top bits (the slot) depend on every bit of head. Tokens whose heads are equal differ in
@@ -231,7 +228,7 @@ const (
 // ten for fmix; the longest probe run is shorter than with fmix (TestProbeBound: 23 slots of
 // 524,288 in o200k_base, 34 before).
 func shortHash(head uint64) uint64 {
-	return head * 0xBF58476D1CE4E5B9
+	return head * hashM2
 }
 
 // keyOf returns the first 8 bytes of b packed little-endian (zero-padded) and b's hash.
@@ -248,8 +245,8 @@ func keyOf(b []byte) (head, hash uint64) {
 				mid = loadTail(b[8:])
 			}
 			tail := binary.LittleEndian.Uint64(b[len(b)-8:])
-			h := (head ^ longM1) * longM2
-			h = (h ^ h>>31 ^ mid) * longM1
+			h := (head ^ hashM1) * hashM2
+			h = (h ^ h>>31 ^ mid) * hashM1
 			return head, fmix(h ^ h>>29 ^ tail ^ uint64(len(b))<<56)
 		}
 	} else {

@@ -16,8 +16,7 @@ import (
 //     (cl100k_base: ASCII letters), ended by an ASCII byte that (o200k_base) is not an
 //     apostrophe. The two word alternatives of o200k_base and [^\r\n\p{L}\p{N}]?+\p{L}++ of
 //     cl100k_base match exactly this there: no ASCII byte extends the run, and no contraction
-//     follows. The word and the byte that ends it lie within one load, or (words of 8 to 15
-//     bytes) two;
+//     follows. The word and the byte that ends it lie within the 16 bytes at the word;
 //   - one ASCII punctuation byte followed by a space, which both splits make a piece of its own
 //     (" ?[^\s\p{L}\p{N}]+" stops at the space, and no word or number follows it).
 //
@@ -100,8 +99,8 @@ next:
 			head, n = x, 8+bits.TrailingZeros64(end)>>3
 			if n > 8 {
 				mid, tail := x2&(end>>7-1), load64(t, i+n-8)
-				h := (head ^ longM1) * longM2
-				h = (h ^ h>>31 ^ mid) * longM1
+				h := (head ^ hashM1) * hashM2
+				h = (h ^ h>>31 ^ mid) * hashM1
 				for k := fmix(h^h>>29^tail^uint64(n)<<56) >> shift; ; k = (k + 1) & mask {
 					e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
 					if e.head == head && int(e.n) == n && load64(v.arena, int(v.off[e.rank])-8) == tail {
