@@ -26,7 +26,6 @@ type Encoder struct {
 	split   splitFunc
 	pool    sync.Pool // *scratch for long pieces
 	salt    uint64    // keeps this encoding's counts apart from the other's in a countCache
-	o200k   bool      // which split's words vocab.words decides
 }
 
 // encoders holds the lazily loaded encoders; each is built at most once per process.
@@ -57,7 +56,7 @@ func load(name string, split splitFunc) (*Encoder, error) {
 	}
 	v.runs = uniformRules[name]
 	v.setWords(name == O200K)
-	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64(), o200k: name == O200K}
+	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64()}
 	e.pool.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -85,7 +84,7 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 		// runs of them. The piece it stops at goes the general way.
 		if i+8 <= len(text) {
 			var run int
-			i, run = v.words(text, i, e.o200k)
+			i, run = v.words(text, i)
 			total += run
 		}
 		end := split(ct, text, i)

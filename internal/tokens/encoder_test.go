@@ -303,9 +303,8 @@ func TestWords(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, enc := range []struct {
 		name    string
-		o200k   bool
 		general splitFunc
-	}{{O200K, true, splitO200KGeneral}, {CL100K, false, splitCL100KGeneral}} {
+	}{{O200K, splitO200KGeneral}, {CL100K, splitCL100KGeneral}} {
 		v := mustEncoding(t, enc.name).vocab
 		var short, long, punct, runs int
 		for range 20000 {
@@ -321,7 +320,7 @@ func TestWords(t *testing.T) {
 				if i+8 > len(b) {
 					break
 				}
-				end, n := v.words(b, i, enc.o200k)
+				end, n := v.words(b, i)
 				k, pieces := i, 0
 				for k < end {
 					e := enc.general(ct, b, k)
@@ -374,7 +373,6 @@ func TestWordsSSE(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, name := range []string{O200K, CL100K} {
 		v := mustEncoding(t, name).vocab
-		o200k := name == O200K
 		pieces, runs := 0, 0
 		for range 30000 {
 			var b []byte
@@ -386,13 +384,13 @@ func TestWordsSSE(t *testing.T) {
 				}
 			}
 			for i := 0; i+16 <= len(b); i++ {
-				gi, gn := v.wordsGo(b, i, o200k)
+				gi, gn := v.wordsGo(b, i)
 				si, sn := wordsSSE(b, i, &v.table)
 				if si+16 <= len(b) {
 					if si != gi || sn != gn {
 						t.Fatalf("%s %q from %d: wordsSSE stops at %d after %d pieces, wordsGo at %d after %d", name, b, i, si, sn, gi, gn)
 					}
-				} else if ti, tn := v.wordsGo(b, si, o200k); ti != gi || sn+tn != gn {
+				} else if ti, tn := v.wordsGo(b, si); ti != gi || sn+tn != gn {
 					t.Fatalf("%s %q from %d: wordsSSE then wordsGo stop at %d after %d pieces, wordsGo alone at %d after %d", name, b, i, ti, sn+tn, gi, gn)
 				}
 				pieces += sn

@@ -35,6 +35,7 @@ type vocab struct {
 	size     int           // number of tokens
 	runs     *[256]runRule // counts of one byte repeated (uniform.go); nil: none
 	mapped   int           // bytes of slots mapped outside the Go heap (hugeBytes), 0 if none
+	o200k    bool          // its words are o200k_base's: a capital may start one (setWords)
 	table    wordTable     // what wordsSSE reads (setWords)
 }
 

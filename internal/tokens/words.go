@@ -25,7 +25,7 @@ import (
 // time in general registers. Both look up without a call (vocab.probe and vocab.rank written
 // out), so the text, the table and the count stay in registers. TestWords holds words to the
 // general matchers and to rank, TestWordsSSE the two loops to each other.
-func (v *vocab) words(t []byte, i int, o200k bool) (int, int) {
+func (v *vocab) words(t []byte, i int) (int, int) {
 	if i < 0 {
 		return i, 0
 	}
@@ -34,19 +34,19 @@ func (v *vocab) words(t []byte, i int, o200k bool) (int, int) {
 		if j+16 <= len(t) {
 			return j, n
 		}
-		i, n2 := v.wordsGo(t, j, o200k)
+		i, n2 := v.wordsGo(t, j)
 		return i, n + n2
 	}
-	return v.wordsGo(t, i, o200k)
+	return v.wordsGo(t, i)
 }
 
 // wordsGo is words in Go, over 8-byte loads: where fewer than 16 bytes are left, and on
 // machines without wordsSSE.
-func (v *vocab) wordsGo(t []byte, i int, o200k bool) (int, int) {
+func (v *vocab) wordsGo(t []byte, i int) (int, int) {
 	slots := unsafe.Pointer(unsafe.SliceData(v.slots))
 	mask, shift := uint64(len(v.slots)-1), v.shift
 	var fold, caps, apos uint64
-	if o200k {
+	if v.o200k {
 		caps, apos = highBits, highBits // a capital may start a word; an apostrophe may not end it
 	} else {
 		fold = letterByte * oneBits // A-Z count as a-z

@@ -19,6 +19,7 @@ type wordTable struct {
 
 // setWords fills v.table for the split of o200k_base (o200k) or cl100k_base.
 func (v *vocab) setWords(o200k bool) {
+	v.o200k = o200k
 	w := &v.table
 	w.slots = unsafe.Pointer(unsafe.SliceData(v.slots))
 	w.smask, w.shift = uint64(len(v.slots)-1)*uint64(unsafe.Sizeof(slot{})), uint64(v.shift)-4
