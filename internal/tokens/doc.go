@@ -108,9 +108,10 @@
 // instead of tiktoken-go's O(n²). Lookups go through cache-resident Bloom filters before the
 // hash table, which on Linux sits on transparent huge pages where the kernel allows them
 // (huge_linux.go). The commonest pieces skip the general scanners: vocab.words decides runs of
-// English words and punctuation and looks them up without a call, each word from one 16-byte
-// window classified by SSE2 compares on amd64 (words_amd64.s; the purego build tag turns it
-// off) and from 8-byte loads classified in general registers elsewhere; asciiWord,
+// English words and punctuation and looks them up without a call: on amd64 the pieces of each
+// 64-byte window are found at once from bitmaps of SSE2 compares and looked up independently
+// of each other (words_amd64.s; the purego build tag turns it off), elsewhere each word from
+// 8-byte loads classified in general registers; asciiWord,
 // asciiLetters and asciiSymbols decide most other ASCII pieces. TestWords, TestWordsSSE and
 // TestASCIIWordFastPath hold them to the general matchers and to each other. Counting builds no
 // token list and allocates nothing for ordinary text.

@@ -14,6 +14,7 @@ import (
 
 	tiktoken "github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+	"golang.org/x/sys/cpu"
 )
 
 func mustEncoding(tb testing.TB, name string) *Encoder {
@@ -356,8 +357,9 @@ func TestWords(t *testing.T) {
 }
 
 // TestWordsSSE: where 16 bytes are left, wordsSSE must count the same run as wordsGo, piece
-// for piece, on texts dense in words of every length and in what ends them; TestWords holds
-// both, through words, to the general matchers.
+// for piece, on texts dense in words of every length and in what ends them, up to 400 bytes
+// long so that runs cross several of its 64-byte windows and end in every part of one;
+// TestWords holds both, through words, to the general matchers.
 func TestWordsSSE(t *testing.T) {
 	t.Parallel()
 	if !haveSSE {
@@ -371,12 +373,23 @@ func TestWordsSSE(t *testing.T) {
 		" userId", " iPhone", " HTTP", "hello", " it's", " résumé", " x", " requests", " overall",
 		" breakfast", " qwertyuiop", " Responsibilities"}
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, name := range []string{O200K, CL100K} {
-		v := mustEncoding(t, name).vocab
+	for _, mode := range []struct {
+		name string
+		avx2 bool
+	}{{O200K, false}, {CL100K, false}, {O200K, true}, {CL100K, true}} {
+		name, v := mode.name, mustEncoding(t, mode.name).vocab
+		table := v.table // a copy: the classes of a window from SSE2, or from AVX2
+		if table.avx2 = mode.avx2; mode.avx2 && !cpu.X86.HasAVX2 {
+			t.Logf("%s: this machine has no AVX2; its windows are tested by SSE2 alone", name)
+			continue
+		}
+		if mode.avx2 {
+			name += " (AVX2)"
+		}
 		pieces, runs := 0, 0
 		for range 30000 {
 			var b []byte
-			for range 2 + rng.IntN(24) {
+			for range 2 + rng.IntN(48) {
 				if rng.IntN(4) > 0 {
 					b = append(b, words[rng.IntN(len(words))]...)
 				} else {
@@ -385,7 +398,7 @@ func TestWordsSSE(t *testing.T) {
 			}
 			for i := 0; i+16 <= len(b); i++ {
 				gi, gn := v.wordsGo(b, i)
-				si, sn := wordsSSE(b, i, &v.table)
+				si, sn := wordsSSE(b, i, &table)
 				if si+16 <= len(b) {
 					if si != gi || sn != gn {
 						t.Fatalf("%s %q from %d: wordsSSE stops at %d after %d pieces, wordsGo at %d after %d", name, b, i, si, sn, gi, gn)
@@ -419,6 +432,7 @@ func TestWordTableLayout(t *testing.T) {
 		{"arena", unsafe.Offsetof(w.arena), 32}, {"off", unsafe.Offsetof(w.off), 40},
 		{"class", unsafe.Offsetof(w.class), 48}, {"word", unsafe.Offsetof(w.word), 56},
 		{"fold", unsafe.Offsetof(w.fold), 64}, {"ending", unsafe.Offsetof(w.ending), 80},
+		{"avx2", unsafe.Offsetof(w.avx2), 96},
 	} {
 		if f.got != f.want {
 			t.Errorf("wordTable.%s at offset %d, words_amd64.s reads it at %d", f.name, f.got, f.want)

@@ -20,9 +20,9 @@ import (
 //   - one ASCII punctuation byte followed by a space, which both splits make a piece of its own
 //     (" ?[^\s\p{L}\p{N}]+" stops at the space, and no word or number follows it).
 //
-// Where 16 bytes are left, wordsSSE (words_amd64.s) classifies them with SSE2 compares; the
-// rest of the text, and machines without it, go through wordsGo, which classifies 8 bytes at a
-// time in general registers. Both look up without a call (vocab.probe and vocab.rank written
+// Where 16 bytes are left, wordsSSE (words_amd64.s) classifies them with SSE2 compares, 64
+// bytes at a time where it can; the rest of the text, and machines without it, go through
+// wordsGo, which classifies 8 bytes at a time in general registers. Both look up without a call (vocab.probe and vocab.rank written
 // out), so the text, the table and the count stay in registers. TestWords holds words to the
 // general matchers and to rank, TestWordsSSE the two loops to each other.
 func (v *vocab) words(t []byte, i int) (int, int) {
