@@ -230,6 +230,44 @@ func TestProbeBound(t *testing.T) {
 	}
 }
 
+// TestLongLookup: vocab.longs holds every token of 9 to 15 bytes and nothing else: isLong
+// agrees with rank on each of them, and on strings of those lengths that are not tokens (a
+// token with one byte changed, or cut, or extended).
+func TestLongLookup(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, name := range []string{CL100K, O200K} {
+		v := mustEncoding(t, name).vocab
+		tokens, others := 0, 0
+		for r := 0; r+1 < len(v.off); r++ {
+			tok := v.arena[v.off[r]:v.off[r+1]]
+			if len(tok) < 8 || len(tok) > 16 {
+				continue
+			}
+			changed := append([]byte(nil), tok...)
+			changed[rng.IntN(len(changed))] ^= byte(1 + rng.IntN(255))
+			for _, b := range [][]byte{tok, changed, tok[:len(tok)-1], append(tok[:len(tok):len(tok)], 'e')} {
+				if len(b) < 9 || len(b) > 15 {
+					continue
+				}
+				want := v.rank(b) != noRank
+				if got := v.isLong(longKey(b)); got != want {
+					t.Fatalf("%s: isLong(%q) = %v, rank says %v", name, b, got, want)
+				}
+				if want {
+					tokens++
+				} else {
+					others++
+				}
+			}
+		}
+		t.Logf("%s: %d tokens and %d other strings of 9-15 bytes; %d entries", name, tokens, others, len(v.longs))
+		if tokens < 10000 || others < 10000 {
+			t.Fatalf("%s: only %d tokens and %d other strings: the test exercises too little", name, tokens, others)
+		}
+	}
+}
+
 // TestASCIIWordFastPath: wherever an ASCII fast path of splitO200K or splitCL100K (asciiWord,
 // asciiLetters, asciiSymbols) decides, it must end the piece where the general matcher does,
 // on random texts dense in the cases that end or extend a word
@@ -429,7 +467,7 @@ func TestWordTableLayout(t *testing.T) {
 	}{
 		{"slots", unsafe.Offsetof(w.slots), 0}, {"smask", unsafe.Offsetof(w.smask), 8},
 		{"shift", unsafe.Offsetof(w.shift), 16}, {"caps", unsafe.Offsetof(w.caps), 24},
-		{"arena", unsafe.Offsetof(w.arena), 32}, {"off", unsafe.Offsetof(w.off), 40},
+		{"longs", unsafe.Offsetof(w.longs), 32}, {"lshift", unsafe.Offsetof(w.lshift), 40},
 		{"class", unsafe.Offsetof(w.class), 48}, {"word", unsafe.Offsetof(w.word), 56},
 		{"fold", unsafe.Offsetof(w.fold), 64}, {"ending", unsafe.Offsetof(w.ending), 80},
 		{"avx2", unsafe.Offsetof(w.avx2), 96},

@@ -12,3 +12,8 @@ func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.Slice
 func slotsOf(b []byte) []slot {
 	return unsafe.Slice((*slot)(unsafePointer(b)), uintptr(len(b))/unsafe.Sizeof(slot{}))
 }
+
+// longSlotsOf is slotsOf for vocab.longs.
+func longSlotsOf(b []byte) []longSlot {
+	return unsafe.Slice((*longSlot)(unsafePointer(b)), uintptr(len(b))/unsafe.Sizeof(longSlot{}))
+}

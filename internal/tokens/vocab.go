@@ -34,9 +34,14 @@ type vocab struct {
 	quadBits []uint64
 	size     int           // number of tokens
 	runs     *[256]runRule // counts of one byte repeated (uniform.go); nil: none
-	mapped   int           // bytes of slots mapped outside the Go heap (hugeBytes), 0 if none
-	o200k    bool          // its words are o200k_base's: a capital may start one (setWords)
-	table    wordTable     // what wordsSSE reads (setWords)
+	mapped   int           // bytes of slots and longs mapped outside the Go heap (hugeBytes)
+	// longs holds the tokens of 9 to 15 bytes again, each whole in its entry, so that a word
+	// of that length is found in one cache line (words): from longHash(...) >> lshift, linear
+	// probing without wrap-around (the table ends in room for the longest run).
+	longs  []longSlot
+	lshift uint8
+	o200k  bool      // its words are o200k_base's: a capital may start one (setWords)
+	table  wordTable // what wordsSSE reads (setWords)
 }
 
 // slot is one hash table entry: the token's first 8 bytes packed little-endian (so most
@@ -45,6 +50,13 @@ type slot struct {
 	head uint64
 	rank uint32 // rank+1; 0 is empty
 	n    uint32 // token length
+}
+
+// longSlot is an entry of vocab.longs: a token of 9 to 15 bytes, its first 8 bytes in head
+// and the rest in rest (bytes 8 to n-1 packed little-endian, and n in the top byte, so that
+// rest is never 0 but in an empty entry).
+type longSlot struct {
+	head, rest uint64
 }
 
 // parseVocab reads a .tiktoken file: one "base64(token) rank" per line.
@@ -132,6 +144,9 @@ func parseVocab(data []byte) (*vocab, error) {
 			v.pair[binary.BigEndian.Uint16(tok)] = uint32(r)
 		}
 	}
+	if err := v.buildLongs(byRank); err != nil {
+		return nil, err
+	}
 	v.triBits = make([]uint64, 1<<triLog/64)
 	v.quadBits = make([]uint64, 1<<quadLog/64)
 	for _, tok := range byRank {
@@ -152,6 +167,67 @@ func parseVocab(data []byte) (*vocab, error) {
 		}
 	}
 	return v, nil
+}
+
+// longRoom is the number of entries vocab.longs has past its last home slot, for the runs
+// that start near its end.
+const longRoom = 64
+
+// buildLongs fills v.longs with the tokens of 9 to 15 bytes of byRank, at a load of at most
+// a half.
+func (v *vocab) buildLongs(byRank [][]byte) error {
+	n := 0
+	for _, tok := range byRank {
+		if len(tok) >= 9 && len(tok) <= 15 {
+			n++
+		}
+	}
+	nslots := 1 << bits.Len(uint(2*n))
+	mem, free := hugeBytes((nslots + longRoom) * int(unsafe.Sizeof(longSlot{})))
+	if free != nil {
+		v.mapped += len(mem)
+		runtime.AddCleanup(v, func(free func()) { free() }, free)
+	}
+	v.longs = longSlotsOf(mem)
+	v.lshift = uint8(64 - bits.TrailingZeros(uint(nslots)))
+	for _, tok := range byRank {
+		if len(tok) < 9 || len(tok) > 15 {
+			continue
+		}
+		head, rest := longKey(tok)
+		s := longHash(head, rest) >> v.lshift
+		for v.longs[s].rest != 0 {
+			if s++; s == uint64(len(v.longs)) {
+				return fmt.Errorf("tokens: vocabulary: a run of %d long tokens is too long", longRoom)
+			}
+		}
+		v.longs[s] = longSlot{head, rest}
+	}
+	return nil
+}
+
+// longKey returns the key of a token or word of 9 to 15 bytes: its first 8 bytes, and the
+// rest with the length.
+func longKey(b []byte) (head, rest uint64) {
+	return binary.LittleEndian.Uint64(b), loadTail(b[8:]) | uint64(len(b))<<56
+}
+
+// longHash is the hash of a long key: its top bits depend on every bit of both words.
+func longHash(head, rest uint64) uint64 {
+	return (rest*hashM1 ^ head) * hashM2
+}
+
+// isLong reports whether the word of 9 to 15 bytes whose key is head, rest is a token.
+func (v *vocab) isLong(head, rest uint64) bool {
+	for s := longHash(head, rest) >> v.lshift; ; s++ {
+		e := &v.longs[s]
+		if e.head == head && e.rest == rest {
+			return true
+		}
+		if e.rest == 0 {
+			return false
+		}
+	}
 }
 
 // rank returns the rank of token b, or noRank.

@@ -91,24 +91,19 @@ next:
 			if end == 0 || (x2|(q-oneBits)&^q&apos)&end != 0 {
 				break
 			}
-			// keyOf's hash and rank's probe, written out: mid is bytes 8 to n-1 of the word
-			// (as loadTail packs them). The head and the last 8 bytes cover the whole word, so
-			// a slot with the same head and length is the word when the token's own last 8
-			// bytes (in the arena) are the word's: a token met on the probe sequence that
-			// differs only there is not counted. A word of 8 bytes is a short one.
+			// A word of 9 to 15 bytes is found whole in vocab.longs (isLong, written out);
+			// one of 8 bytes is a short one.
 			head, n = x, 8+bits.TrailingZeros64(end)>>3
 			if n > 8 {
-				mid, tail := x2&(end>>7-1), load64(t, i+n-8)
-				h := (head ^ hashM1) * hashM2
-				h = (h ^ h>>31 ^ mid) * hashM1
-				for k := fmix(h^h>>29^tail^uint64(n)<<56) >> shift; ; k = (k + 1) & mask {
-					e := (*slot)(unsafe.Add(slots, k*uint64(unsafe.Sizeof(slot{}))))
-					if e.head == head && int(e.n) == n && load64(v.arena, int(v.off[e.rank])-8) == tail {
+				rest := x2&(end>>7-1) | uint64(n)<<56
+				for k := longHash(head, rest) >> v.lshift; ; k++ {
+					e := &v.longs[k]
+					if e.head == head && e.rest == rest {
 						count++
 						i += n
 						continue next
 					}
-					if e.rank == 0 {
+					if e.rest == 0 {
 						break next
 					}
 				}

@@ -254,8 +254,8 @@ win_derive: \
 // Registers: SI the text, R8 i (the window's start), AX the count, R9 the slots, R10 headMask;
 // DX the last i with 16 bytes left and DI the wordTable in loop16; X8-X11 the constants, X12
 // the byte that may not end a word, X13 the fold, X6, X7, X14, X15 the constants of digits
-// and \t to \r. Locals: 0(SP) and 8(SP) a long word's last 8 bytes and its bytes 8 to n-1
-// (loop16), or a window's starts and the bytes found in pieces so far; 16(SP) the wordTable,
+// and \t to \r. Locals: 0(SP) and 8(SP) two of a window's masks while WINDOW derives the
+// others; 16(SP) the wordTable,
 // 24(SP) the last i with 16 bytes left, 32(SP) the byte offset of the last slot, 40(SP) the
 // table's shift, 48(SP) the starts left in the window while loop16 decides a long word in it
 // (else 0), 56(SP) the window's start.
@@ -470,75 +470,40 @@ symbol:
 	JMP     next
 
 long:
-	// A word of 9 to 15 bytes: keyOf's hash of head, mid (bytes 8 to n-1) and tail (the
-	// last 8 bytes), then rank's probe, the tail compared with the token's own in the arena.
-	MOVQ 8(SI)(R8*1), R11
-	ANDQ -64(R10)(CX*8), R11
-	MOVQ R11, 8(SP)
-	LEAQ -8(R8)(R12*1), CX
-	MOVQ (SI)(CX*1), CX
-	MOVQ CX, 0(SP)
-
-	MOVQ  $0x9E3779B97F4A7C15, R11
-	XORQ  BX, R11
-	MOVQ  $0xBF58476D1CE4E5B9, CX
-	IMULQ CX, R11
-	MOVQ  R11, CX
-	SHRQ  $31, CX
-	XORQ  CX, R11
-	XORQ  8(SP), R11
-	MOVQ  $0x9E3779B97F4A7C15, CX
-	IMULQ CX, R11
-	MOVQ  R11, CX
-	SHRQ  $29, CX
-	XORQ  CX, R11
-	XORQ  0(SP), R11
+	// A word of 9 to 15 bytes (BX its first 8, R12 its length): R11 the rest of its key,
+	// bytes 8 to n-1 and n in the top byte; DX its entry in vocab.longs (longHash, then
+	// isLong's probe).
+	MOVQ  8(SI)(R8*1), R11
+	ANDQ  -64(R10)(R12*8), R11
 	MOVQ  R12, CX
 	SHLQ  $56, CX
-	XORQ  CX, R11
-
-	// fmix
-	MOVQ  R11, CX
-	SHRQ  $33, CX
-	XORQ  CX, R11
-	MOVQ  $0xff51afd7ed558ccd, CX
-	IMULQ CX, R11
-	MOVQ  R11, CX
-	SHRQ  $33, CX
-	XORQ  CX, R11
-	MOVQ  $0xc4ceb9fe1a85ec53, CX
-	IMULQ CX, R11
-	MOVQ  R11, CX
-	SHRQ  $33, CX
-	XORQ  CX, R11
-	MOVQ  16(DI), CX
-	SHRQ  CX, R11
-	ANDQ  $-16, R11
+	ORQ   CX, R11
+	MOVQ  $0x9E3779B97F4A7C15, DX
+	IMULQ R11, DX
+	XORQ  BX, DX
+	MOVQ  $0xBF58476D1CE4E5B9, CX
+	IMULQ CX, DX
+	MOVQ  40(DI), CX
+	SHRQ  CX, DX
+	SHLQ  $4, DX
+	ADDQ  32(DI), DX
 
 lprobe:
-	CMPQ    BX, (R9)(R11*1)
-	JNE     lmiss
-	CMPL    R12, 12(R9)(R11*1)
-	JNE     lmiss
-	MOVLQZX 8(R9)(R11*1), CX
-	MOVQ    40(DI), R13
-	MOVLQZX (R13)(CX*4), CX
-	MOVQ    32(DI), R13
-	MOVQ    -8(R13)(CX*1), CX
-	CMPQ    CX, 0(SP)
-	JNE     lmiss
-	INCQ    AX
-	ADDQ    R12, R8
-	MOVQ    48(SP), R13
-	TESTQ   R13, R13
-	JNE     resume
-	JMP     next
+	CMPQ  BX, (DX)
+	JNE   lmiss
+	CMPQ  R11, 8(DX)
+	JNE   lmiss
+	INCQ  AX
+	ADDQ  R12, R8
+	MOVQ  48(SP), R13
+	TESTQ R13, R13
+	JNE   resume
+	JMP   next
 
 lmiss:
-	CMPL 8(R9)(R11*1), $0
+	CMPQ 8(DX), $0
 	JEQ  done
-	ADDQ $16, R11
-	ANDQ 8(DI), R11
+	ADDQ $16, DX
 	JMP  lprobe
 
 done:

@@ -13,8 +13,8 @@ type wordTable struct {
 	smask  uint64         // 8: the byte offset of the last slot (len(slots)-1)*16
 	shift  uint64         // 16: vocab.shift - 4 (a hash >> shift, 16-aligned, is its slot's offset)
 	caps   uint64         // 24: all ones when a capital may start a word (o200k_base), else 0
-	arena  unsafe.Pointer // 32: vocab.arena
-	off    unsafe.Pointer // 40: vocab.off
+	longs  unsafe.Pointer // 32: vocab.longs
+	lshift uint64         // 40: vocab.lshift
 	class  unsafe.Pointer // 48: asciiClass
 	word   uint64         // 56: clsWord
 	fold   [16]byte       // 64: 0x20 in every byte when A-Z count as a-z (cl100k_base), else 0
@@ -28,7 +28,7 @@ func (v *vocab) setWords(o200k bool) {
 	w := &v.table
 	w.slots = unsafe.Pointer(unsafe.SliceData(v.slots))
 	w.smask, w.shift = uint64(len(v.slots)-1)*uint64(unsafe.Sizeof(slot{})), uint64(v.shift)-4
-	w.arena, w.off = unsafe.Pointer(unsafe.SliceData(v.arena)), unsafe.Pointer(unsafe.SliceData(v.off))
+	w.longs, w.lshift = unsafe.Pointer(unsafe.SliceData(v.longs)), uint64(v.lshift)
 	w.class, w.word = unsafe.Pointer(&asciiClass), uint64(clsWord)
 	ending, fold := byte(0x80), byte(0)
 	if o200k {
