@@ -309,8 +309,6 @@ next:
 
 piece:
 	BSFQ  R13, R11
-	LEAQ  -1(R13), DX
-	ANDQ  DX, R13
 	MOVQ  (DI)(R12*1), BX
 	NEGQ  R12
 	ADDQ  R11, R12
@@ -329,7 +327,8 @@ wprobe:
 	JNE   wmiss
 	INCQ  AX
 	MOVQ  R11, R12
-	TESTQ R13, R13
+	LEAQ  -1(R13), DX
+	ANDQ  DX, R13
 	JNE   piece
 	ADDQ  R11, R8
 	JMP   next
@@ -354,6 +353,8 @@ wlong:
 	JGT  wstop
 	SUBQ R12, R11
 	ADDQ R11, R8
+	LEAQ -1(R13), DX
+	ANDQ DX, R13
 	MOVQ R13, 48(SP)
 	MOVQ 16(SP), DI
 	MOVQ R12, CX
