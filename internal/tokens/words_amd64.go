@@ -14,3 +14,9 @@ const haveSSE = true
 //
 //go:noescape
 func wordsSSE(t []byte, i int, w *wordTable) (next, count int)
+
+// wordsWindow is wordsSSE's classification of the window at i (i+64 <= len(t)) alone: its cut
+// and its starts up to the cut (bit j for byte i+j). For TestWordsWindow.
+//
+//go:noescape
+func wordsWindow(t []byte, i int, w *wordTable) (cut int, starts uint64)

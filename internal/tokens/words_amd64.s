@@ -136,6 +136,19 @@ GLOBL headMask<>(SB), RODATA|NOPTR, $72
 	SHLQ $32, CX; \
 	ORQ  CX, r
 
+// CONSTANTS loads the vector constants (DI the wordTable).
+#define CONSTANTS \
+	MOVOU wordsConst<>+0x00(SB), X8; \
+	MOVOU wordsConst<>+0x10(SB), X9; \
+	MOVOU wordsConst<>+0x20(SB), X10; \
+	MOVOU wordsConst<>+0x30(SB), X11; \
+	MOVOU 80(DI), X12; \
+	MOVOU 64(DI), X13; \
+	MOVOU wordsConst<>+0x40(SB), X6; \
+	MOVOU wordsConst<>+0x50(SB), X7; \
+	MOVOU wordsConst<>+0x60(SB), X14; \
+	MOVOU wordsConst<>+0x70(SB), X15
+
 // WINDOW classifies the 64 bytes at SI+R8 (DI the wordTable) into the masks wordsSSE decides
 // its pieces from, and leaves R13 the starts up to the cut and R11 the cut. It uses X0-X5 (and
 // Y0-Y5), BX, CX, DX, DI, R11-R13, 0(SP) and 8(SP). The masks come from four SSE2 compares of
@@ -275,16 +288,7 @@ TEXT ·wordsSSE(SB), NOSPLIT, $64-56
 	MOVQ  $0, 48(SP)
 	LEAQ  headMask<>(SB), R10
 	XORQ  AX, AX
-	MOVOU wordsConst<>+0x00(SB), X8
-	MOVOU wordsConst<>+0x10(SB), X9
-	MOVOU wordsConst<>+0x20(SB), X10
-	MOVOU wordsConst<>+0x30(SB), X11
-	MOVOU 80(DI), X12
-	MOVOU 64(DI), X13
-	MOVOU wordsConst<>+0x40(SB), X6
-	MOVOU wordsConst<>+0x50(SB), X7
-	MOVOU wordsConst<>+0x60(SB), X14
-	MOVOU wordsConst<>+0x70(SB), X15
+	CONSTANTS
 
 next:
 	// A window at i when 80 bytes are left.
@@ -510,4 +514,18 @@ lmiss:
 done:
 	MOVQ R8, next+40(FP)
 	MOVQ AX, count+48(FP)
+	RET
+
+// func wordsWindow(t []byte, i int, w *wordTable) (cut int, starts uint64)
+//
+// WINDOW alone, for TestWordsWindow: the cut of the window at i (i+64 <= len(t)) and its
+// starts up to the cut.
+TEXT ·wordsWindow(SB), NOSPLIT, $16-56
+	MOVQ  t_base+0(FP), SI
+	MOVQ  i+24(FP), R8
+	MOVQ  w+32(FP), DI
+	CONSTANTS
+	WINDOW
+	MOVQ  R11, cut+40(FP)
+	MOVQ  R13, starts+48(FP)
 	RET
