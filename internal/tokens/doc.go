@@ -109,12 +109,13 @@
 // hash table, which on Linux sits on transparent huge pages where the kernel allows them
 // (huge_linux.go). The commonest pieces skip the general scanners: vocab.words decides runs of
 // English words and punctuation and looks them up without a call: on amd64 the pieces of each
-// 64-byte window are found at once from bitmaps of SSE2 compares and looked up independently
-// of each other (words_amd64.s; the purego build tag turns it off), elsewhere each word from
-// 8-byte loads classified in general registers; asciiWord,
-// asciiLetters and asciiSymbols decide most other ASCII pieces. TestWords, TestWordsSSE and
-// TestASCIIWordFastPath hold them to the general matchers and to each other. Counting builds no
-// token list and allocates nothing for ordinary text.
+// 64-byte window are found at once from bitmaps of SSE2 (or AVX2) compares and looked up
+// independently of each other (words_amd64.s; the purego build tag turns it off), elsewhere
+// each word from 8-byte loads classified in general registers; a word of 9 to 15 bytes is
+// looked up in a second table that holds those tokens whole, one cache line a lookup;
+// asciiWord, asciiLetters and asciiSymbols decide most other ASCII pieces. TestWords,
+// TestWordsSSE, TestWordsWindow and TestASCIIWordFastPath hold them to the general matchers and
+// to each other. Counting builds no token list and allocates nothing for ordinary text.
 //
 // Chat clients resend the whole conversation on every turn, and the same system prompt and
 // tools on every request. A Pricer keeps a fixed table (Options.CountCache, 65,536 entries,
