@@ -18,14 +18,16 @@ const (
 
 // Encoder counts tokens exactly as OpenAI's tiktoken encodes ordinary text (encode_ordinary:
 // special-token strings such as "<|endoftext|>" are plain text). It never builds the token
-// list. An Encoder is immutable and safe for concurrent use.
+// list. Its vocabulary is immutable; it remembers the counts of short pieces that are not one
+// token (pieceCache). An Encoder is safe for concurrent use.
 type Encoder struct {
 	name    string
 	vocab   *vocab
 	classes *classTable
 	split   splitFunc
-	pool    sync.Pool // *scratch for long pieces
-	salt    uint64    // keeps this encoding's counts apart from the other's in a countCache
+	pool    sync.Pool   // *scratch for long pieces
+	salt    uint64      // keeps this encoding's counts apart from the other's in a countCache
+	pieces  *pieceCache // the counts of short pieces that are not one token
 }
 
 // encoders holds the lazily loaded encoders; each is built at most once per process.
@@ -56,7 +58,7 @@ func load(name string, split splitFunc) (*Encoder, error) {
 	}
 	v.runs = uniformRules[name]
 	v.setWords(name == O200K)
-	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64()}
+	e := &Encoder{name: name, vocab: v, classes: classes(), split: split, salt: rand.Uint64(), pieces: new(pieceCache)}
 	e.pool.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -89,22 +91,37 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 		}
 		end := split(ct, text, i)
 		// Other short pieces likewise: looked up in place, and merged at once when they are not
-		// one token (countPiece would look them up again).
+		// one token (countPiece would look them up again), through the piece cache.
 		if n := end - i; n <= 8 && i+8 <= len(text) {
 			x := binary.LittleEndian.Uint64(text[i:])
 			if v.shortHead(x&(^uint64(0)>>((64-8*n)&63)), n) {
 				total++
+			} else if c, ok := e.pieces.get(text[i:end]); ok {
+				total += c
 			} else {
-				total += v.mergeSmall(text[i:end])
+				c = v.mergeSmall(text[i:end])
+				e.pieces.put(text[i:end], c)
+				total += c
 			}
 			i = end
 			continue
 		}
 		piece := text[i:end]
+		cached := len(piece) > 1 && len(piece) <= maxCachedPiece
+		if cached {
+			if c, ok := e.pieces.get(piece); ok {
+				total += c
+				i = end
+				continue
+			}
+		}
 		if len(piece) > smallPiece && sc == nil {
 			sc = e.pool.Get().(*scratch)
 		}
 		n, chunked := v.countPiece(piece, sc, limit)
+		if cached && !chunked {
+			e.pieces.put(piece, n)
+		}
 		total, approx = total+n, approx || chunked
 		i = end
 	}
