@@ -111,6 +111,19 @@ func BenchmarkCount(b *testing.B) {
 				e.Count(text)
 			}
 		})
+		b.Run(name+"/english-100KB-cold", func(b *testing.B) {
+			// The same text, the piece cache emptied before each count: what a text of new
+			// words costs (above, its rare words are counted once and then remembered).
+			cold := &Encoder{name: e.name, vocab: e.vocab, classes: e.classes, split: e.split, pieces: new(pieceCache)}
+			cold.pool.New = func() any { return new(scratch) }
+			text := englishProse(b, 100<<10)
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				*cold.pieces = pieceCache{}
+				cold.Count(text)
+			}
+		})
 		b.Run(name+"/common-words-1KB", func(b *testing.B) {
 			texts := commonWords(256, 1000)
 			b.SetBytes(1000)
