@@ -198,7 +198,7 @@ func (v *vocab) buildLongs(byRank [][]byte) error {
 		s := longHash(head, rest) >> v.lshift
 		for v.longs[s].rest != 0 {
 			if s++; s == uint64(len(v.longs)) {
-				return fmt.Errorf("tokens: vocabulary: a run of %d long tokens is too long", longRoom)
+				return fmt.Errorf("tokens: vocabulary: the table of long tokens overflows its %d spare entries", longRoom)
 			}
 		}
 		v.longs[s] = longSlot{head, rest}

@@ -22,9 +22,10 @@ import (
 //
 // Where 16 bytes are left, wordsSSE (words_amd64.s) classifies them with SSE2 compares, 64
 // bytes at a time where it can; the rest of the text, and machines without it, go through
-// wordsGo, which classifies 8 bytes at a time in general registers. Both look up without a call (vocab.probe and vocab.rank written
-// out), so the text, the table and the count stay in registers. TestWords holds words to the
-// general matchers and to rank, TestWordsSSE the two loops to each other.
+// wordsGo, which classifies 8 bytes at a time in general registers. Both look up without a
+// call (vocab.probe and vocab.isLong written out), so the text, the table and the count stay
+// in registers. TestWords holds words to the general matchers and to rank, TestWordsSSE the
+// two loops to each other, TestWordsWindow wordsSSE's windows to their rules.
 func (v *vocab) words(t []byte, i int) (int, int) {
 	if i < 0 {
 		return i, 0

@@ -375,6 +375,7 @@ resume:
 	JMP  piece
 
 loop16:
+	// One piece from its own 16 bytes (DX and DI back from the window's use of them).
 	MOVQ  24(SP), DX
 	MOVQ  16(SP), DI
 	CMPQ  R8, DX
@@ -419,7 +420,6 @@ loop16:
 	CMPQ CX, $15
 	JGT  done
 
-
 	// The byte that ends the word must be ASCII, and (o200k_base) not an apostrophe.
 	MOVOU    X0, X4
 	PCMPEQB  X12, X4
@@ -428,7 +428,6 @@ loop16:
 	BTQ      CX, BX
 	JCS      done
 
-word:
 	// R12: n; BX: the word's bytes (its first 8 when n > 8).
 	MOVQ CX, R12
 	MOVQ (SI)(R8*1), BX
