@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"unicode"
@@ -205,6 +206,38 @@ func FuzzCount(f *testing.F) {
 			t.Errorf("o200k_base %q: %d, tiktoken-go %d", s, got, want)
 		}
 	})
+}
+
+// TestOracleLong: texts of up to 2.5 KB, dense in words (short, long, capitalised, not one
+// token) and in what breaks a run of them, count as tiktoken-go encodes them: the word loop's
+// windows, its table of long words and the piece cache (warm from the texts before) together
+// against the reference, both encodings.
+func TestOracleLong(t *testing.T) {
+	t.Parallel()
+	alphabet := []string{" ", " ", "a", "Z", "'", "'s", "7", ",", ".", ". ", "\n", "\t", "é", "中",
+		"\u00a0", "(", "-", "  ", "ſ", "ǅ", "'LL", "12345"}
+	words := []string{" the", " of", "the", " The", " model", " Model", " tokens", " throughput",
+		" summarize", " paragraph", " international", " straightforwardly", " abcdefghijklmnop",
+		" userId", " iPhone", " HTTP", "hello", " it's", " résumé", " x", " requests", " overall",
+		" breakfast", " qwertyuiop", " Responsibilities", " Throughput", " Latency", " Xylophonic"}
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, name := range []string{O200K, CL100K} {
+		e, o := mustEncoding(t, name), oracle(t, name)
+		for k := range 1000 {
+			var sb strings.Builder
+			for range 10 + rng.IntN(300) {
+				if rng.IntN(5) > 0 {
+					sb.WriteString(words[rng.IntN(len(words))])
+				} else {
+					sb.WriteString(alphabet[rng.IntN(len(alphabet))])
+				}
+			}
+			s := sb.String() + "." // see TestOracleShort
+			if got, want := e.CountString(s), len(o.EncodeOrdinary(s)); got != want {
+				t.Fatalf("%s text %d %q: %d, tiktoken-go %d", name, k, s, got, want)
+			}
+		}
+	}
 }
 
 // TestProbeBound: a lookup, of a token or of anything else, probes at most the longest run of
