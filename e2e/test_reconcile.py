@@ -331,7 +331,10 @@ def test_reconciliation_reaches_the_provider_limit_without_429(runs):
         p, q = on["providers"][provider], off["providers"][provider]
         assert p["provider_429"] == 0, (provider, p)
         assert p["streamed_ok"] > 0 and p["json_ok"] > 0, (provider, p)
-        assert p["admitted_over_allowance"] >= 0.9, (provider, p, q)
+        # Near the limit: OpenAI 0.90-0.97 and Anthropic 0.96-0.97 of the allowance in nine CI
+        # runs; how close depends on when the SDKs' retries land on a shared 2-core machine, so
+        # the bar leaves room below the lowest (0.8985), well above reserve-only's <= 0.6.
+        assert p["admitted_over_allowance"] >= 0.85, (provider, p, q)
         # Reserve-only leaves most of the budget idle: completions use 20% of max_tokens, so at
         # most (prompt + 40) / (prompt + 200) of what is reserved is used.
         assert q["admitted_over_allowance"] <= 0.6, (provider, q)
