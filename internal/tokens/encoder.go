@@ -90,21 +90,18 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 			total += run
 		}
 		end := split(ct, text, i)
-		// Other short pieces likewise: looked up in place, and merged at once when they are not
-		// one token (countPiece would look them up again), through the piece cache.
+		// Other short pieces likewise: looked up in place; one that is not one token is merged
+		// at once (countPiece would look it up again). Every other piece of 2 to 16 bytes goes
+		// through the piece cache.
+		merge := false
 		if n := end - i; n <= 8 && i+8 <= len(text) {
 			x := binary.LittleEndian.Uint64(text[i:])
 			if v.shortHead(x&(^uint64(0)>>((64-8*n)&63)), n) {
 				total++
-			} else if c, ok := e.pieces.get(text[i:end]); ok {
-				total += c
-			} else {
-				c = v.mergeSmall(text[i:end])
-				e.pieces.put(text[i:end], c)
-				total += c
+				i = end
+				continue
 			}
-			i = end
-			continue
+			merge = true
 		}
 		piece := text[i:end]
 		cached := len(piece) > 1 && len(piece) <= maxCachedPiece
@@ -115,10 +112,16 @@ func (e *Encoder) count(text []byte, limit int) (total int, approx bool) {
 				continue
 			}
 		}
-		if len(piece) > smallPiece && sc == nil {
-			sc = e.pool.Get().(*scratch)
+		var n int
+		var chunked bool
+		if merge {
+			n = v.mergeSmall(piece)
+		} else {
+			if len(piece) > smallPiece && sc == nil {
+				sc = e.pool.Get().(*scratch)
+			}
+			n, chunked = v.countPiece(piece, sc, limit)
 		}
-		n, chunked := v.countPiece(piece, sc, limit)
 		if cached && !chunked {
 			e.pieces.put(piece, n)
 		}

@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 )
 
-// pieceCache remembers the token counts of the pieces of 2 to 16 bytes that the word loop could
-// not count as one token each (a capitalised word that is two tokens, a rare word, a number):
-// merging one costs a dozen lookups of its parts, each through the filters, the hash table and
+// pieceCache remembers the token counts of the pieces of 2 to 16 bytes that neither the word
+// loop nor the in-place lookup of a short piece counted as one token. Most are not one token (a
+// capitalised word that is two tokens, a rare word, a number): merging one costs a dozen lookups of its parts, each through the filters, the hash table and
 // the arena, most of them cache misses in a busy service (a microsecond a piece), where a hit
 // here costs one line. The same such pieces come back request after request.
 //
@@ -21,8 +21,12 @@ type pieceCache struct {
 	entries [pieceEntries]pieceEntry
 }
 
-// pieceEntries: 2,048 entries of 32 bytes (64 KiB) per encoding.
-const pieceEntries = 1 << 11
+// pieceEntries: 2,048 entries of 32 bytes (64 KiB) per encoding, indexed by pieceBits of a
+// hash.
+const (
+	pieceBits    = 11
+	pieceEntries = 1 << pieceBits
+)
 
 // maxCachedPiece is the longest piece the cache holds: its key is two words.
 const maxCachedPiece = 16
@@ -43,7 +47,7 @@ func pieceKey(piece []byte) (lo, hi, idx uint64) {
 	default:
 		lo = loadTail(piece)
 	}
-	return lo, hi, longHash(lo, hi^uint64(len(piece))<<59) >> (64 - 11)
+	return lo, hi, longHash(lo, hi^uint64(len(piece))<<59) >> (64 - pieceBits)
 }
 
 // get returns the count of piece, if the cache holds it.
