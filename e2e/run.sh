@@ -34,7 +34,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The whole folder, unless the arguments name test files or folders of it (./e2e/run.sh e2e/test_x.py).
+targets=(e2e)
+for a in "$@"; do
+	case $a in e2e/*) targets=() ;; esac
+done
 # setsid: pytest leads a new process group (its pid), which cleanup kills as a whole.
-setsid "$venv/bin/python" -m pytest e2e -p no:cacheprovider -ra --timeout=900 "$@" &
+setsid "$venv/bin/python" -m pytest "${targets[@]}" -p no:cacheprovider -ra --timeout=900 "$@" &
 pgid=$!
 wait "$pgid"
