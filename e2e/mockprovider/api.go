@@ -37,6 +37,9 @@ type Server struct {
 	// tokens generated) instead of the prompt plus the reserved output: a provider that bills
 	// actual usage, against which reconciliation is measured.
 	ChargeActual bool
+	// ErrorLatency is how long a request the API refuses as invalid (a 400) takes to be answered:
+	// a provider's round trip, not the loopback's.
+	ErrorLatency time.Duration
 	// Compress compresses replies in a coding the client accepts, as the providers' APIs do.
 	Compress bool
 	Now      func() time.Time
@@ -177,6 +180,7 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		rec.Status, rec.End = http.StatusBadRequest, rec.T
 		s.Recorder.Add(rec)
+		pause(r, s.ErrorLatency)
 		s.errorAnswer(w, anthropic, http.StatusBadRequest, "invalid_request_error", "invalid_request_error", err.Error())
 		return
 	}

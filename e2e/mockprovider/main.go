@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicEnc := fs.String("anthropic-encoding", "cl100k_base", "tiktoken encoding that counts Anthropic prompts")
 	anthropicFactor := fs.Float64("anthropic-factor", 1.25, "Anthropic prompt tokens per token of -anthropic-encoding")
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
+	errorLatency := fs.Duration("error-latency", 0, "how long an invalid request (400) takes to be answered")
 	compress := fs.Bool("compress", true, "compress replies in a coding the client accepts (br, zstd, gzip, deflate), as the providers do")
 	charge := fs.String("charge", "reserved", "what a request costs the limits: reserved (prompt + max_tokens, like OpenAI) or actual (prompt + tokens generated)")
 	if err := fs.Parse(args); err != nil {
@@ -116,6 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
 		Compress:         *compress,
+		ErrorLatency:     *errorLatency,
 		Now:              time.Now,
 	}
 
