@@ -17,6 +17,11 @@ import (
 // maxBody bounds a request body, far above any real provider's limit.
 const maxBody = 64 << 20
 
+// usageHeader, on a request, makes the answer report that many tokens of usage in total (the
+// prompt's count raised to make it up): an upstream that reports more than it used, for the
+// tests of the limiter's bound on reported usage.
+const usageHeader = "x-mock-usage-tokens"
+
 // Server is the mock provider's HTTP handler. It is safe for concurrent use.
 type Server struct {
 	Pricer   *Pricer
@@ -32,7 +37,12 @@ type Server struct {
 	// tokens generated) instead of the prompt plus the reserved output: a provider that bills
 	// actual usage, against which reconciliation is measured.
 	ChargeActual bool
-	Now          func() time.Time
+	// ErrorLatency is how long a request the API refuses as invalid (a 400) takes to be answered:
+	// a provider's round trip, not the loopback's.
+	ErrorLatency time.Duration
+	// Compress compresses replies in a coding the client accepts, as the providers' APIs do.
+	Compress bool
+	Now      func() time.Time
 
 	seq atomic.Int64
 }
@@ -49,10 +59,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, "/price/") && r.Method == http.MethodPost:
 		s.price(w, r)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
-		s.models(w, r)
+		s.models(s.compressed(w, r), r)
 	case r.Method == http.MethodPost:
 		if _, api := APIOf(r.URL.Path); api != "" {
-			s.priced(w, r)
+			cw := s.compressed(w, r)
+			defer cw.close()
+			s.priced(cw.ResponseWriter, r)
 			return
 		}
 		fallthrough
@@ -60,6 +72,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.errorAnswer(w, isAnthropic(r), http.StatusNotFound, "not_found_error", "invalid_request_error",
 			fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))
 	}
+}
+
+// replyWriter is the writer of one API reply: compressed when negotiated.
+type replyWriter struct {
+	http.ResponseWriter
+	close func()
+}
+
+// compressed returns w, compressing in the coding the request accepts when s.Compress is set.
+func (s *Server) compressed(w http.ResponseWriter, r *http.Request) replyWriter {
+	if !s.Compress {
+		return replyWriter{w, func() {}}
+	}
+	coding := negotiate(r.Header.Get("accept-encoding"))
+	if coding == "" {
+		return replyWriter{w, func() {}}
+	}
+	cw := newCompressWriter(w, coding)
+	return replyWriter{cw, cw.Close}
 }
 
 // isAnthropic tells the Anthropic API's requests apart on shared paths (/v1/models).
@@ -89,7 +120,9 @@ func (s *Server) errorAnswer(w http.ResponseWriter, anthropic bool, status int, 
 	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": openaiType, "param": nil, "code": nil}})
 }
 
-func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+func (s *Server) models(rw replyWriter, r *http.Request) {
+	defer rw.close()
+	w := rw.ResponseWriter
 	if isAnthropic(r) {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"data":     []any{map[string]any{"type": "model", "id": "claude-sonnet-4-6", "display_name": "Claude Sonnet 4.6", "created_at": "2025-09-29T00:00:00Z"}},
@@ -147,6 +180,7 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		rec.Status, rec.End = http.StatusBadRequest, rec.T
 		s.Recorder.Add(rec)
+		pause(r, s.ErrorLatency)
 		s.errorAnswer(w, anthropic, http.StatusBadRequest, "invalid_request_error", "invalid_request_error", err.Error())
 		return
 	}
@@ -166,6 +200,18 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.InFlight = s.Recorder.Start()
 	rec.Status = http.StatusOK
+	var out int64
+	if api != "embeddings" {
+		out = s.completion(p) * int64(max(p.N, 1))
+	}
+	if n, err := strconv.ParseInt(r.Header.Get(usageHeader), 10, 64); err == nil && n > out {
+		// The test asks for an upstream that reports this usage whatever it used: the answer
+		// carries it, the limits are charged what was really used.
+		q := *p
+		q.Prompt = n - out
+		p = &q
+	}
+	rec.Usage = p.Prompt + out
 	defer func() {
 		rec.End = unix(s.Now())
 		s.Recorder.Add(rec)

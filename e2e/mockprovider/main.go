@@ -10,7 +10,10 @@
 //
 // Endpoints: POST /v1/chat/completions (stream: true with a usage chunk), /v1/completions,
 // /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too); GET /v1/models, /healthz,
-// /stats; POST /price/<path> answers the price of a request without admitting it. It must never
+// /stats; POST /price/<path> answers the price of a request without admitting it. Replies are
+// compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
+// as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
+// usage of N tokens (an upstream reporting more than it used) and charged what it used. It must never
 // be exposed beyond a test network: it has no authentication.
 package main
 
@@ -65,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicEnc := fs.String("anthropic-encoding", "cl100k_base", "tiktoken encoding that counts Anthropic prompts")
 	anthropicFactor := fs.Float64("anthropic-factor", 1.25, "Anthropic prompt tokens per token of -anthropic-encoding")
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
+	errorLatency := fs.Duration("error-latency", 0, "how long an invalid request (400) takes to be answered")
+	compress := fs.Bool("compress", true, "compress replies in a coding the client accepts (br, zstd, gzip, deflate), as the providers do")
 	charge := fs.String("charge", "reserved", "what a request costs the limits: reserved (prompt + max_tokens, like OpenAI) or actual (prompt + tokens generated)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -111,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CompletionTokens: *completion,
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
+		Compress:         *compress,
+		ErrorLatency:     *errorLatency,
 		Now:              time.Now,
 	}
 

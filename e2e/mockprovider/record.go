@@ -24,6 +24,9 @@ type Record struct {
 	Output   int64  `json:"output"`
 	Cost     int64  `json:"cost"`
 	Stream   bool   `json:"stream,omitempty"`
+	// Usage is the usage the answer reported (prompt plus generated tokens): what the limiter
+	// settles from.
+	Usage int64 `json:"usage,omitempty"`
 	// Key is the API key the client sent: the e2e clients name their tenant and class in it.
 	Key string `json:"key,omitempty"`
 	// RequestID is Envoy's x-request-id, to join with Envoy's access log.

@@ -151,6 +151,26 @@ func (f *File) compile() (*Config, error) {
 	if f.Response.RetryJitter < 0 || f.Response.RetryJitter > 1 {
 		bad("response.retry_jitter", "%v is not in [0, 1]", f.Response.RetryJitter)
 	}
+	st := &f.Settlement
+	if !(st.KeepOnClientError >= 0 && st.KeepOnClientError <= 1) {
+		bad("settlement.keep_on_client_error", "%v is not in [0, 1]", st.KeepOnClientError)
+	}
+	if !(st.UsageFactor == 0 || (st.UsageFactor >= 1 && st.UsageFactor <= 1e6)) {
+		bad("settlement.usage_factor", "%v is not 0 (no bound) or in [1, 1000000]", st.UsageFactor)
+	}
+	if st.MaxUsageTokens < 1 || st.MaxUsageTokens > maxLimit {
+		bad("settlement.max_usage_tokens", "%d is not in [1, %d]", st.MaxUsageTokens, int64(maxLimit))
+	}
+	codings := map[string]bool{}
+	for i, e := range st.Decode {
+		switch {
+		case e != "gzip" && e != "deflate" && e != "br" && e != "zstd":
+			bad(fmt.Sprintf("settlement.decode[%d]", i), "%q is not one of gzip, deflate, br, zstd", e)
+		case codings[e]:
+			bad(fmt.Sprintf("settlement.decode[%d]", i), "%q is listed twice", e)
+		}
+		codings[e] = true
+	}
 	if f.MaxHeld < 0 {
 		bad("max_held", "%d must not be negative", f.MaxHeld)
 	}

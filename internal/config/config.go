@@ -30,6 +30,8 @@ type File struct {
 	Failure Failure `yaml:"failure"`
 	// Response tunes the answers sent to clients.
 	Response Response `yaml:"response"`
+	// Settlement tunes how the response path settles reservations.
+	Settlement Settlement `yaml:"settlement"`
 	// Shadow decides and counts every request but always allows (global dry run).
 	Shadow bool `yaml:"shadow"`
 	// MaxHeld bounds the requests held at once for a max_wait reservation.
@@ -95,6 +97,29 @@ type Response struct {
 	// RetryJitter adds up to this fraction (0 to 1) of the wait to the advertised Retry-After, so
 	// that denied clients do not all come back at once.
 	RetryJitter float64 `yaml:"retry_jitter"`
+}
+
+// Settlement tunes how the response path (ext_proc) settles a request's reservation.
+type Settlement struct {
+	// KeepOnClientError is the part (0 to 1) of a refundable reservation (refund: true) kept
+	// when the provider answers 4xx, 429 included. Default 0.25: a client that sends requests the
+	// provider refuses at once (a huge max_tokens on an invalid body) then pays a quarter of what
+	// it held, so it can hold a shared bucket's capacity at most four times per refill of it
+	// instead of forever and for free; an honest client's bad request costs a quarter of its
+	// reservation. OpenAI and Azure count unsuccessful requests against their limits; 1 mirrors
+	// them. A 5xx gives a refundable reservation back whole; a rule without refund keeps its
+	// reservation on every error.
+	KeepOnClientError float64 `yaml:"keep_on_client_error"`
+	// UsageFactor bounds a reported usage at this many times the reservation (prompt plus
+	// reserved output); 0: no bound from the reservation. Default 8.
+	UsageFactor float64 `yaml:"usage_factor"`
+	// MaxUsageTokens bounds a reported usage whatever the reservation: above any model's context
+	// window plus its largest output. Default 2,000,000.
+	MaxUsageTokens int64 `yaml:"max_usage_tokens"`
+	// Decode lists the content-codings decoded to read a reply's usage: gzip (and x-gzip),
+	// deflate, br, zstd. Default all four; [] decodes none (compressed replies keep their
+	// reservation).
+	Decode []string `yaml:"decode"`
 }
 
 // RuleSpec is one limit as written in the file.
@@ -210,7 +235,9 @@ func Defaults() File {
 		Priority: Priority{Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
 		Pricing:  Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base"},
 		Failure:  Failure{Mode: "deny", Replicas: 1},
-		MaxHeld:  1024,
+		Settlement: Settlement{KeepOnClientError: 0.25, UsageFactor: 8, MaxUsageTokens: 2_000_000,
+			Decode: []string{"gzip", "deflate", "br", "zstd"}},
+		MaxHeld: 1024,
 	}
 }
 

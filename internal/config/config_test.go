@@ -330,3 +330,35 @@ func TestRefund(t *testing.T) {
 		}
 	}
 }
+
+func TestSettlement(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("rules: []\n"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Settlement{KeepOnClientError: 0.25, UsageFactor: 8, MaxUsageTokens: 2_000_000, Decode: []string{"gzip", "deflate", "br", "zstd"}}
+	if diff := cmp.Diff(want, c.File.Settlement); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+	// Explicit zeros and an empty list are values, not "unset".
+	c, err = Parse([]byte("settlement: {keep_on_client_error: 0, usage_factor: 0, decode: []}\n"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Settlement{MaxUsageTokens: 2_000_000, Decode: []string{}}
+	if diff := cmp.Diff(want, c.File.Settlement); diff != "" {
+		t.Errorf("explicit zeros (-want +got):\n%s", diff)
+	}
+	_, err = Parse([]byte("settlement: {keep_on_client_error: 1.5, usage_factor: 0.5, max_usage_tokens: 0, decode: [gzip, lzw, gzip]}\n"), "t")
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want a config error", err)
+	}
+	for _, key := range []string{"settlement.keep_on_client_error", "settlement.usage_factor", "settlement.max_usage_tokens",
+		"settlement.decode[1]", "settlement.decode[2]"} {
+		if !strings.Contains(err.Error(), key+":") {
+			t.Errorf("no problem reported for %s in:\n%v", key, err)
+		}
+	}
+}

@@ -2,21 +2,34 @@
 // envoy.service.ext_proc.v3.ExternalProcessor, reads the reservation that internal/filter made
 // at Check (forwarded by Envoy from the ext_authz dynamic metadata), and when the response ends
 //
-//   - refunds the reserved-but-unused tokens, or charges the overage, from the usage the provider
-//     reports (a JSON body's "usage", or the usage of a server-sent event stream: OpenAI's final
-//     chunk, which needs stream_options.include_usage; the Responses API's response.completed;
-//     Anthropic's message_start and message_delta);
-//   - refunds everything when the provider answered an error (4xx, 5xx) before generating;
+//   - refunds the reserved-but-unused tokens (rules with refund), or charges the overage (every
+//     rule), from the usage the provider reports (a JSON body's "usage", or the usage of a
+//     server-sent event stream: OpenAI's final chunk, which needs stream_options.include_usage;
+//     the Responses API's response.completed; Anthropic's message_start and message_delta);
+//   - bounds that usage first (Settlement): a report above usage_factor times the reservation,
+//     or above max_usage_tokens, is settled at the bound and counted, never applied raw;
+//   - on a provider 4xx (429 included) gives a refundable reservation back but for the part
+//     Settlement.KeepOnClientError keeps, so that no client can hold a shared budget for free
+//     with requests it knows will be refused; on a 5xx gives it back whole; a rule without
+//     refund keeps its reservation on every error (the provider counted the request on arrival);
 //   - releases the request's in-flight lease (max_concurrent), also when the stream breaks;
 //   - lowers the rules marked provider_feedback to what the provider's rate-limit headers say is
 //     left (x-ratelimit-*-tokens, anthropic-ratelimit-*), never raising them, and pauses them for
 //     every replica after a provider 429 with retry-after.
 //
+// Compressed replies (Content-Encoding gzip, x-gzip, deflate, br, zstd, up to two stacked) are
+// decoded as their chunks arrive, on one goroutine per reply fed through a pipe, within
+// Options.MaxDecoded decoded bytes and Options.MaxDecoders replies at once per replica; a reply
+// that cannot be decoded (a coding not enabled, a corrupt or truncated stream, over a bound)
+// keeps its reservation and is counted in llm_ratelimit_reconcile_errors_total by reason.
+//
 // It never holds a response: in Envoy's observability mode it answers nothing, and in the other
 // modes it answers every message at once and does its store calls after. A response whose usage
 // never arrives keeps its reservation (the worst case, already debited): nothing leaks, since a
 // token bucket refills on its own; only the lease needs an end, and its time to live is it.
+// Metrics of refunds and overage count what the store applied, after it applied it.
 //
-// It owns the response parsing and the feedback rules. It declares the Store it needs, imports
-// internal/reservation and internal/bucket, and must never import internal/filter.
+// It owns the response parsing, the decoding, the settlement rules and the feedback rules. It
+// declares the Store it needs, imports internal/reservation and internal/bucket, and must never
+// import internal/filter or internal/config (internal/server compiles the Settlement).
 package reconcile

@@ -16,6 +16,8 @@ type report struct {
 	// retryAfter is a 429's retry-after (or retry-after-ms).
 	retryAfter time.Duration
 	sse        bool
+	// encoding is the reply's Content-Encoding ("" when none).
+	encoding string
 }
 
 // readHeaders reads the status, content type and rate-limit headers of a response.
@@ -26,6 +28,9 @@ func readHeaders(get func(string) (string, bool)) report {
 	}
 	if v, ok := get("content-type"); ok {
 		r.sse = strings.HasPrefix(strings.ToLower(strings.TrimSpace(v)), "text/event-stream")
+	}
+	if v, ok := get("content-encoding"); ok {
+		r.encoding = v
 	}
 	num := func(name string) (int64, bool) {
 		v, ok := get(name)

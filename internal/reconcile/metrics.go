@@ -13,6 +13,11 @@ const (
 	reasonAdjustFailed Reason = "reconcile_adjust_failed" // a refund, charge or release failed
 	reasonLowerFailed  Reason = "feedback_failed"         // provider feedback could not be applied
 	reasonMalformed    Reason = "reservation_malformed"   // the check's reservation could not be read
+	// A compressed reply whose usage could not be read: its reservation stays.
+	reasonDecodeUnsupported Reason = "decode_unsupported" // a coding not decoded (unknown, disabled, more than two stacked)
+	reasonDecodeCorrupt     Reason = "decode_corrupt"     // the compressed stream is invalid or truncated
+	reasonDecodeOver        Reason = "decode_over_bound"  // it decodes to more than MaxDecoded
+	reasonDecodeBusy        Reason = "decode_busy"        // MaxDecoders replies were being decoded already
 )
 
 // Results of a settled response (metric label values).
@@ -43,6 +48,7 @@ type Metrics struct {
 	releases     *prometheus.CounterVec
 	corrections  *prometheus.CounterVec
 	errors       *prometheus.CounterVec
+	clamps       *prometheus.CounterVec
 
 	mu     sync.Mutex
 	models map[string]struct{}
@@ -66,9 +72,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Buckets lowered by the provider's rate-limit headers (lower) or paused by its 429 (pause)."}, []string{"provider", "kind"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconcile_errors_total",
 			Help: "Response-path failures by reason."}, []string{"reason"}),
+		clamps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_usage_clamped_total",
+			Help: "Responses whose reported usage was above its bound and was settled at the bound, by reason (over_reservation_factor, over_max_usage)."}, []string{"provider", "reason"}),
 		models: map[string]struct{}{},
 	}
-	reg.MustRegister(m.settledTotal, m.ratio, m.tokens, m.held, m.releases, m.corrections, m.errors)
+	reg.MustRegister(m.settledTotal, m.ratio, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps)
 	return m
 }
 
@@ -132,6 +140,12 @@ func (m *Metrics) released(err error) {
 func (m *Metrics) corrected(provider, kind string) {
 	if m != nil {
 		m.corrections.WithLabelValues(provider, kind).Inc()
+	}
+}
+
+func (m *Metrics) clamped(provider, reason string) {
+	if m != nil {
+		m.clamps.WithLabelValues(provider, reason).Inc()
 	}
 }
 

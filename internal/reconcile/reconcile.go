@@ -3,7 +3,9 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -39,6 +41,15 @@ type Options struct {
 	// MaxBody bounds what is kept of a JSON body, or of one SSE line, to find its usage.
 	// Default 4 MiB; a larger response keeps its reservation.
 	MaxBody int
+	// Settlement is how responses settle; nil: DefaultSettlement. SetSettlement replaces it.
+	Settlement *Settlement
+	// MaxDecoded bounds the decoded bytes of one compressed reply. Default 64 MiB (a long
+	// generation's event stream is a few MiB); a reply decoding to more keeps its reservation.
+	MaxDecoded int64
+	// MaxDecoders bounds the compressed replies decoded at once by this replica, each holding its
+	// decoder's window (gzip and deflate 32 KiB, zstd at most 8 MiB, br at most 16 MiB). Default
+	// 256; a reply beyond it keeps its reservation.
+	MaxDecoders int
 }
 
 // Server serves envoy.service.ext_proc.v3.ExternalProcessor. It is safe for concurrent use.
@@ -47,6 +58,9 @@ type Server struct {
 	opts Options
 	log  *zap.Logger
 	m    *Metrics
+	set  atomic.Pointer[Settlement]
+	// decoders holds one token per compressed reply being decoded.
+	decoders chan struct{}
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -65,7 +79,31 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = 4 << 20
 	}
-	return &Server{opts: opts, log: opts.Logger, m: opts.Metrics}, nil
+	if opts.MaxDecoded <= 0 {
+		opts.MaxDecoded = 64 << 20
+	}
+	if opts.MaxDecoders <= 0 {
+		opts.MaxDecoders = 256
+	}
+	set := DefaultSettlement()
+	if opts.Settlement != nil {
+		set = *opts.Settlement
+	}
+	s := &Server{opts: opts, log: opts.Logger, m: opts.Metrics, decoders: make(chan struct{}, opts.MaxDecoders)}
+	if err := s.SetSettlement(set); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetSettlement replaces the settlement for the responses that start after it. It is safe for
+// concurrent use.
+func (s *Server) SetSettlement(set Settlement) error {
+	if err := set.Validate(); err != nil {
+		return fmt.Errorf("reconcile: settlement: %w", err)
+	}
+	s.set.Store(&set)
+	return nil
 }
 
 // stream is the state of one HTTP request's response path.
@@ -75,15 +113,25 @@ type stream struct {
 	rep       report
 	body      parser
 	settled   bool
+	// set is the settlement in force when the stream started, for all of it.
+	set *Settlement
+	// dec decodes a compressed reply into body; nil for an uncompressed one.
+	dec *decoder
+	// undecodable is why a compressed reply cannot be read ("" when it can): it keeps its
+	// reservation.
+	undecodable Reason
 }
 
 // Process handles one HTTP stream's messages. It answers each message at once (unless Envoy runs
 // in observability mode, where nothing is answered) and settles the reservation when the response
 // ends, or when the stream breaks.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{}
+	st := &stream{set: s.set.Load()}
 	st.body.limit = s.opts.MaxBody
 	defer func() {
+		if st.dec != nil {
+			st.dec.abort()
+		}
 		if !st.settled {
 			// The stream ended before the response did (reset, timeout, Envoy gone): no usage.
 			s.settle(st, Usage{}, false)
@@ -132,20 +180,66 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				s.settle(st, Usage{}, true)
 			case h.GetEndOfStream():
 				s.settle(st, Usage{}, false)
+			case st.rep.encoding != "":
+				s.startDecoding(st)
 			}
 			s.feedback(st)
 		case req.GetResponseBody() != nil:
 			b := req.GetResponseBody()
-			st.body.write(b.GetBody())
+			switch {
+			case st.dec != nil:
+				st.dec.write(b.GetBody())
+			case st.undecodable == "":
+				st.body.write(b.GetBody())
+			}
 			if b.GetEndOfStream() {
-				u, ok := st.body.end()
+				u, ok := s.end(st)
 				s.settle(st, u, ok)
 			}
 		case req.GetResponseTrailers() != nil:
-			u, ok := st.body.end()
+			u, ok := s.end(st)
 			s.settle(st, u, ok)
 		}
 	}
+}
+
+// startDecoding sets up the decoding of a compressed reply, or records why it cannot be read.
+func (s *Server) startDecoding(st *stream) {
+	c := parseCodings(st.rep.encoding, st.set.Decode)
+	switch {
+	case c.bad != "":
+		st.undecodable = c.bad
+	case c.n == 0:
+		// identity
+	default:
+		select {
+		case s.decoders <- struct{}{}:
+			st.dec = startDecoder(c, &st.body, s.opts.MaxDecoded, func() { <-s.decoders })
+		default:
+			st.undecodable = reasonDecodeBusy
+		}
+	}
+}
+
+// end finishes the reply's body: its usage, if it was read to its end and reported one.
+func (s *Server) end(st *stream) (Usage, bool) {
+	if st.dec != nil {
+		if err := st.dec.finish(); err != nil {
+			st.undecodable = decodeReason(err)
+		}
+		st.dec = nil
+	}
+	if st.undecodable != "" {
+		// The reply's usage cannot be read: the reservation stays, as for a stream without
+		// usage. Counted, and logged at debug: a fleet of clients asking for an unsupported
+		// coding would otherwise fill the log.
+		s.m.error(st.undecodable)
+		if ce := s.log.Check(zap.DebugLevel, "reconcile: reply not decoded, the reservation stays"); ce != nil {
+			ce.Write(zap.String("reason", string(st.undecodable)))
+		}
+		return Usage{}, false
+	}
+	return st.body.end()
 }
 
 // answer is the empty reply that lets Envoy continue at once.
@@ -191,8 +285,19 @@ func headerGetter(hm *corev3.HeaderMap) func(string) (string, bool) {
 	}
 }
 
-// settle refunds or charges the reservation's token buckets from the usage (everything when
-// failed, nothing when no usage was found) and releases its lease, in one store call.
+// settle refunds or charges the reservation's token buckets and releases its lease, in one store
+// call:
+//
+//   - a reply with usage: a refundable bucket gets back what the usage left unused, every token
+//     bucket is charged the overage; the usage is first bounded (Settlement.bound);
+//   - a provider 4xx (429 included): a refundable bucket gets back all but
+//     Settlement.KeepOnClientError of its reservation;
+//   - a provider 5xx: a refundable bucket gets back everything;
+//   - no usage found: nothing changes.
+//
+// A bucket without refund keeps its reservation in every case but overage (the provider counted
+// it on arrival), and a request counted in a requests bucket stays counted. Metrics count what
+// the store applied, after it did.
 func (s *Server) settle(st *stream, u Usage, found bool) {
 	st.settled = true
 	r := st.res
@@ -200,13 +305,28 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 		s.m.settled(resultNoReservation, "", "")
 		return
 	}
-	failed := st.rep.status >= 400
+	status := st.rep.status
+	failed := status >= 400
+	clientError := failed && status < 500
 	result := resultNoUsage
 	switch {
 	case failed:
 		result = resultUpstreamError
 	case found:
 		result = resultUsage
+	}
+	provider := r.Tag
+	actual := u.Tokens()
+	if found && !failed {
+		if b, why := st.set.bound(r.Prompt + r.Output); actual > b {
+			// An upstream reporting more than any answer to this request could use (a bug, a
+			// hostile OpenAI-compatible server): charging it raw would lock the shared buckets.
+			s.m.clamped(provider, why)
+			s.log.Warn("reconcile: reported usage above its bound, clamped",
+				zap.String("reason", why), zap.String("provider", provider),
+				zap.Int64("reported", actual), zap.Int64("bound", b))
+			actual = b
+		}
 	}
 	adj := make([]bucket.Adjustment, 0, len(r.Buckets))
 	var refund, overage int64
@@ -218,10 +338,13 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 				adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: 1, Lease: r.Lease})
 			}
 			continue
+		case b.Kind != reservation.KindTokens, failed && !b.Refund:
+		case clientError:
+			d = b.Spec.Cost - st.set.kept(b.Spec.Cost)
 		case failed:
 			d = b.Spec.Cost
-		case found && b.Kind == reservation.KindTokens:
-			d = b.Spec.Cost - u.Tokens()
+		case found:
+			d = b.Spec.Cost - actual
 			if d > 0 && !b.Refund {
 				// The rule keeps its reservation (refund: false): only overage is charged.
 				d = 0
@@ -229,42 +352,40 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 		}
 		if d != 0 {
 			adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: d})
-			if b.Kind == reservation.KindTokens && d > 0 {
+			if d > 0 {
 				refund = max(refund, d)
-			} else if b.Kind == reservation.KindTokens {
+			} else {
 				overage = max(overage, -d)
 			}
 		}
 	}
-	provider := r.Tag
 	s.m.settled(result, provider, r.Model)
-	if found && !failed {
-		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
+	if len(adj) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+		defer cancel()
+		err := s.opts.Store.Adjust(ctx, r.Tag, adj)
+		if r.Lease != "" {
+			lerr := err
+			if err != nil {
+				lerr = s.release(r, adj)
+			}
+			s.m.leaseHeld(-1)
+			s.m.released(lerr)
+		}
+		if err != nil {
+			s.m.error(reasonAdjustFailed)
+			s.log.Warn("reconcile: adjust failed; the reservation stays, the lease expires on its own",
+				zap.String("reason", string(reasonAdjustFailed)), zap.Error(err))
+			return
+		}
 	}
 	s.m.reconciled(provider, refund, overage)
-	if len(adj) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-	defer cancel()
-	err := s.opts.Store.Adjust(ctx, r.Tag, adj)
-	if r.Lease != "" {
-		lerr := err
-		if err != nil {
-			lerr = s.release(r, adj)
-		}
-		s.m.leaseHeld(-1)
-		s.m.released(lerr)
-	}
-	if err != nil {
-		s.m.error(reasonAdjustFailed)
-		s.log.Warn("reconcile: adjust failed; the reservation stays, the lease expires on its own",
-			zap.String("reason", string(reasonAdjustFailed)), zap.Error(err))
-		return
+	if found && !failed {
+		s.m.usage(provider, r.Model, r.Prompt+r.Output, actual)
 	}
 	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),
-			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", u.Tokens()), zap.Int("status", st.rep.status))
+			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", actual), zap.Int("status", status))
 	}
 }
 

@@ -197,7 +197,8 @@ func TestSettle(t *testing.T) {
 			body(`{"usage":{"prompt_tokens":200,"completion_tokens":1300,"total_tokens":1500}}`, true)}, 8500, 99, true},
 		{"sse_without_usage_keeps_the_reservation", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream"),
 			body(sse(`{"choices":[{"delta":{"content":"hi"}}]}`, `[DONE]`), true)}, 9000, 99, true},
-		{"upstream_error_refunds_everything", []*extprocv3.ProcessingRequest{headers(":status", "500"), body(`{"error":{}}`, true)}, 10000, 100, true},
+		{"upstream_5xx_refunds_the_tokens", []*extprocv3.ProcessingRequest{headers(":status", "500"), body(`{"error":{}}`, true)}, 10000, 99, true},
+		{"upstream_4xx_keeps_a_quarter", []*extprocv3.ProcessingRequest{headers(":status", "400"), body(`{"error":{}}`, true)}, 9750, 99, true},
 		{"broken_stream_releases_the_lease", []*extprocv3.ProcessingRequest{headers(":status", "200"), body(`{"usage":`, false)}, 9000, 99, true},
 		{"headers_only", []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", Value: "204"}}}, EndOfStream: true}}}}, 9000, 99, true},
@@ -303,8 +304,8 @@ func TestProviderFeedback(t *testing.T) {
 	}
 }
 
-// A provider 429 with retry-after pauses the bucket: refunded first (the provider did not count
-// the request), then lowered so that the same cost fits again exactly after retry-after.
+// A provider 429 with retry-after pauses the bucket: refunded first (all but the part a 4xx
+// keeps), then lowered so that the same cost fits again exactly after retry-after.
 func TestProvider429Pauses(t *testing.T) {
 	t.Parallel()
 	for _, hdr := range [][]string{{"retry-after", "12"}, {"retry-after-ms", "12000"}} {

@@ -3,6 +3,8 @@ package reconcile
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 )
 
 // Usage is what a provider reports it counted for one response.
@@ -57,19 +59,25 @@ func (e *envelope) find() *rawUsage {
 // merge folds one report into u: every field a report carries replaces the earlier value, so a
 // stream's last report wins field by field (Anthropic's message_delta carries the cumulative
 // output and, in newer versions, the input again; message_start carries the input).
+//
+// Each field is first bounded to [0, bucket.MaxAmount], so that no sum of them overflows and a
+// negative count takes nothing away; Settlement.bound then bounds the whole.
 func (u *Usage) merge(r *rawUsage) {
-	in := r.PromptTokens + r.InputTokens + r.CacheCreationTokens + r.CacheReadTokens
-	out := r.CompletionTokens + r.OutputTokens
+	in := field(r.PromptTokens) + field(r.InputTokens) + field(r.CacheCreationTokens) + field(r.CacheReadTokens)
+	out := field(r.CompletionTokens) + field(r.OutputTokens)
 	if in > 0 {
 		u.Input = in
 	}
 	if out > 0 {
 		u.Output = out
 	}
-	if r.TotalTokens > 0 {
-		u.Total = r.TotalTokens
+	if t := field(r.TotalTokens); t > 0 {
+		u.Total = t
 	}
 }
+
+// field bounds one reported count to [0, bucket.MaxAmount].
+func field(n int64) int64 { return min(max(n, 0), bucket.MaxAmount) }
 
 // parser reads the usage out of a response body delivered in chunks, within a memory bound.
 type parser struct {

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -24,4 +25,18 @@ func NewPolicy(c *config.Config) (*filter.Policy, error) {
 		return nil, err
 	}
 	return &filter.Policy{Config: c, Estimator: est}, nil
+}
+
+// SettlementOf compiles a configuration's settlement section for the response path.
+func SettlementOf(c *config.Config) (reconcile.Settlement, error) {
+	f := c.File.Settlement
+	set := reconcile.Settlement{KeepOnClientError: f.KeepOnClientError, UsageFactor: f.UsageFactor, MaxUsage: f.MaxUsageTokens}
+	for _, name := range f.Decode {
+		e, err := reconcile.ParseEncoding(name)
+		if err != nil {
+			return set, err
+		}
+		set.Decode |= e
+	}
+	return set, set.Validate()
 }

@@ -92,6 +92,7 @@ type Server struct {
 	log      *zap.Logger
 	reg      *prometheus.Registry
 	filter   *filter.Filter
+	rec      *reconcile.Server
 	store    store
 	closer   func() error
 	grpc     *grpc.Server
@@ -193,11 +194,15 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 	s.grpc.RegisterService(&authorizationService, s.filter)
 	// The response path (Envoy's ext_proc filter) on the same port: refunds, lease releases and
 	// provider feedback.
-	rec, err := reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg)})
+	set, err := SettlementOf(cfg)
 	if err != nil {
 		return nil, err
 	}
-	extprocv3.RegisterExternalProcessorServer(s.grpc, rec)
+	s.rec, err = reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg), Settlement: &set})
+	if err != nil {
+		return nil, err
+	}
+	extprocv3.RegisterExternalProcessorServer(s.grpc, s.rec)
 	s.health = health.NewServer()
 	s.setServing(false)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -392,12 +397,19 @@ func (s *Server) watchConfig(ctx context.Context) {
 	err := config.Watch(ctx, s.opts.ConfigPath, config.WatchOptions{
 		OnLoad: func(c *config.Config) {
 			pol, err := NewPolicy(c)
+			var set reconcile.Settlement
+			if err == nil {
+				set, err = SettlementOf(c)
+			}
 			if err != nil {
 				s.reloads.WithLabelValues("rejected").Inc()
 				s.log.Error("config reload rejected", zap.Error(err))
 				return
 			}
 			s.filter.SetPolicy(pol)
+			if err := s.rec.SetSettlement(set); err != nil {
+				s.log.Error("config reload: settlement rejected; the previous one stays", zap.Error(err))
+			}
 			s.reloads.WithLabelValues("ok").Inc()
 			s.log.Info("config reloaded", zap.Int("rules", len(c.Rules)))
 		},

@@ -1,0 +1,239 @@
+package reconcile
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zlib"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Encodings is a set of HTTP content-codings the response path decodes.
+type Encodings uint8
+
+// The content-codings of RFC 9110 section 8.4.1 (and RFC 8878's zstd) that providers use on
+// replies: a client's Accept-Encoding decides which one comes back.
+const (
+	Gzip    Encodings = 1 << iota // gzip and x-gzip
+	Deflate                       // deflate: zlib-wrapped, or raw deflate as some servers send it
+	Brotli                        // br
+	Zstd                          // zstd
+)
+
+// AllEncodings is every coding the response path can decode.
+const AllEncodings = Gzip | Deflate | Brotli | Zstd
+
+// ParseEncoding names one coding: gzip, deflate, br or zstd.
+func ParseEncoding(name string) (Encodings, error) {
+	switch name {
+	case "gzip":
+		return Gzip, nil
+	case "deflate":
+		return Deflate, nil
+	case "br":
+		return Brotli, nil
+	case "zstd":
+		return Zstd, nil
+	}
+	return 0, fmt.Errorf("reconcile: %q is not one of gzip, deflate, br, zstd", name)
+}
+
+// maxCodings bounds the codings stacked on one reply (Content-Encoding: gzip, br): each is a
+// decoder with its own window.
+const maxCodings = 2
+
+// codings is a reply's Content-Encoding in the order the codings were applied, identity left out.
+type codings struct {
+	list [maxCodings]Encodings
+	n    int
+	// bad is why the reply cannot be decoded (an unknown, disabled or over-stacked coding); "" if
+	// it can.
+	bad Reason
+}
+
+// parseCodings reads a Content-Encoding value against the enabled set.
+func parseCodings(v string, enabled Encodings) codings {
+	var c codings
+	for v != "" {
+		var tok string
+		tok, v, _ = strings.Cut(v, ",")
+		tok = strings.ToLower(strings.TrimSpace(tok))
+		var e Encodings
+		switch tok {
+		case "", "identity":
+			continue
+		case "gzip", "x-gzip":
+			e = Gzip
+		case "deflate":
+			e = Deflate
+		case "br":
+			e = Brotli
+		case "zstd":
+			e = Zstd
+		}
+		switch {
+		case e == 0 || enabled&e == 0:
+			c.bad = reasonDecodeUnsupported
+		case c.n == maxCodings:
+			c.bad = reasonDecodeUnsupported
+		default:
+			c.list[c.n] = e
+			c.n++
+		}
+	}
+	return c
+}
+
+// Errors that end a decoding early; each maps to a reason.
+var (
+	errDecodeOver   = errors.New("reconcile: decoded reply over its bound")
+	errDecodeDone   = errors.New("reconcile: decoding stopped")
+	errStreamBroken = errors.New("reconcile: stream ended before the reply")
+)
+
+// zstdMaxWindow is the largest zstd window accepted: 8 MiB, what RFC 8878 section 3.1.1.1.2
+// recommends every decoder support. A frame declaring more is refused (decode_corrupt).
+const zstdMaxWindow = 8 << 20
+
+// copyBufs holds the buffers decoders copy through.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// decoder decodes a compressed reply as its chunks arrive: Process writes each chunk into a pipe,
+// and a goroutine of its own reads the pipe through the decoders and hands the decoded bytes to
+// the parser. A pipe write returns once the decoders have taken the chunk, so the goroutine is
+// never more than one chunk behind, and the parser is touched by it alone until done is closed.
+type decoder struct {
+	pw      *io.PipeWriter
+	done    chan struct{}
+	stopped bool // a write failed: the goroutine has stopped reading
+	// err is why decoding stopped early (nil: the reply decoded to its end); read after done.
+	err error
+}
+
+// startDecoder starts decoding c into p, at most max decoded bytes; release is called when the
+// goroutine ends.
+func startDecoder(c codings, p *parser, max int64, release func()) *decoder {
+	pr, pw := io.Pipe()
+	d := &decoder{pw: pw, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		defer release()
+		d.err = decodeInto(pr, c, p, max)
+		// Nothing reads the pipe any more: a later write fails instead of blocking.
+		pr.CloseWithError(errDecodeDone)
+	}()
+	return d
+}
+
+// decodeInto reads r through the codings, last applied first, into p.
+func decodeInto(r io.Reader, c codings, p *parser, max int64) error {
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	for i := c.n - 1; i >= 0; i-- {
+		dr, closeFn, err := newReader(c.list[i], r)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, closeFn)
+		r = dr
+	}
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			if n += int64(k); n > max {
+				return errDecodeOver
+			}
+			p.write(buf[:k])
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// newReader returns the decoder of one coding over r, and what releases it.
+func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
+	nop := func() {}
+	switch e {
+	case Gzip:
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { zr.Close() }, nil
+	case Deflate:
+		// RFC 9110 section 8.4.1.2: "deflate" is the zlib format; some servers send raw deflate
+		// instead, told apart by zlib's two-byte header (RFC 1950: method 8, check bits).
+		br := bufio.NewReaderSize(r, 512)
+		if h, err := br.Peek(2); err == nil && h[0]&0x0f == 8 && h[0]>>4 <= 7 && (uint16(h[0])<<8|uint16(h[1]))%31 == 0 {
+			zr, err := zlib.NewReader(br)
+			if err != nil {
+				return nil, nil, err
+			}
+			return zr, func() { zr.Close() }, nil
+		}
+		fr := flate.NewReader(br)
+		return fr, func() { fr.Close() }, nil
+	case Brotli:
+		// The large-window extension (RFC 9841) stays off: windows up to 16 MiB, the format's own.
+		return brotli.NewReader(r), nop, nil
+	case Zstd:
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(zstdMaxWindow))
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, zr.Close, nil
+	}
+	return nil, nil, errors.New("reconcile: no decoder")
+}
+
+// write hands one chunk to the decoders (nothing once they have stopped).
+func (d *decoder) write(chunk []byte) {
+	if d.stopped || len(chunk) == 0 {
+		return
+	}
+	if _, err := d.pw.Write(chunk); err != nil {
+		d.stopped = true
+	}
+}
+
+// finish ends the input and waits for the decoders; it returns why decoding failed, if it did.
+func (d *decoder) finish() error {
+	d.pw.Close()
+	<-d.done
+	return d.err
+}
+
+// abort ends the input of a reply that will not be settled from its usage and waits for the
+// goroutine to end.
+func (d *decoder) abort() {
+	d.pw.CloseWithError(errStreamBroken)
+	<-d.done
+}
+
+// decodeReason maps a decoding failure to its reason.
+func decodeReason(err error) Reason {
+	if errors.Is(err, errDecodeOver) {
+		return reasonDecodeOver
+	}
+	return reasonDecodeCorrupt
+}
