@@ -71,6 +71,13 @@ type Options struct {
 	// filter.BreakerOptions); zero keeps its defaults.
 	BreakerFailures int
 	BreakerOpenFor  time.Duration
+	// CheckTimeout is the longest one attempt of a check may take: Envoy's per-try timeout
+	// (filter.Options.CheckTimeout); 0: the grpc-timeout Envoy sends alone. A limits file with a
+	// max_wait that cannot be honoured within it is rejected, at start-up and on reload.
+	CheckTimeout time.Duration
+	// PricingSlots is filter.Options.PricingSlots: exact counts of large bodies at once (0:
+	// GOMAXPROCS; negative: unbounded, always exact).
+	PricingSlots int
 }
 
 // store is what the service needs of a bucket store.
@@ -173,8 +180,14 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		// Dial, write and read each have the Redis timeout; a Check waits for the store at most
 		// twice that, pool waits, Sentinel look-ups and redirections included.
 		StoreTimeout: 2 * o.RedisTimeout,
+		CheckTimeout: o.CheckTimeout,
+		PricingSlots: o.PricingSlots,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckMaxWait(s.filter.HoldLimit(), orDefault(o.ConfigPath, "embedded example")); err != nil {
+		s.closer()
 		return nil, err
 	}
 
@@ -392,6 +405,9 @@ func (s *Server) watchConfig(ctx context.Context) {
 	err := config.Watch(ctx, s.opts.ConfigPath, config.WatchOptions{
 		OnLoad: func(c *config.Config) {
 			pol, err := NewPolicy(c)
+			if err == nil {
+				err = c.CheckMaxWait(s.filter.HoldLimit(), s.opts.ConfigPath)
+			}
 			if err != nil {
 				s.reloads.WithLabelValues("rejected").Inc()
 				s.log.Error("config reload rejected", zap.Error(err))
