@@ -100,7 +100,8 @@ rules:
     requests: {limit: 1, period: second}
     max_wait: 2s
 `)
-	p := startProc(t, "-config", cfg)
+	// A hold of about 1s needs an attempt longer than the default 1s -check-timeout.
+	p := startProc(t, "-config", cfg, "-check-timeout", "3s")
 	client := authv3.NewAuthorizationClient(p.dial(t))
 	req := chatRequest("gpt-4o", 10, nil)
 	if resp, err := client.Check(context.Background(), req); err != nil || resp.GetStatus().GetCode() != 0 {

@@ -38,6 +38,8 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.StringVar(&o.RedisCA, "redis-ca", envOr("REDIS_CA", ""), "PEM CA bundle trusted for rediss:// in place of the system roots (env REDIS_CA)")
 	fs.IntVar(&o.BreakerFailures, "breaker-failures", 3, "store failures in a row that open the circuit breaker (the failure policy then applies without calling the store)")
 	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "how long the breaker stays open before one request probes the store again")
+	fs.DurationVar(&o.CheckTimeout, "check-timeout", time.Second, "the longest one check attempt may take: Envoy's per-try timeout (the ext_authz retry_back_off.max_interval), or its ext_authz timeout if lower; holds and pricing end within it, and a max_wait it cannot honour is rejected; 0: Envoy's grpc-timeout alone")
+	fs.IntVar(&o.PricingSlots, "pricing-slots", 0, "exact counts of large bodies (64 KiB or more) at once; a large body finding none free is priced at its upper bound at once; 0: GOMAXPROCS; -1: unbounded, every body counted exactly however long it takes")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", err
 	}
@@ -52,6 +54,9 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	}
 	if o.BreakerFailures < 1 || o.BreakerOpenFor <= 0 {
 		return nil, "", errors.New("serve: -breaker-failures must be at least 1 and -breaker-open-for positive")
+	}
+	if o.CheckTimeout < 0 {
+		return nil, "", errors.New("serve: -check-timeout must not be negative")
 	}
 	if o.MaxRecvBytes < 64<<10 {
 		return nil, "", errors.New("serve: -max-recv-bytes must be at least 65536")

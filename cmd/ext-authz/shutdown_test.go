@@ -21,7 +21,8 @@ rules:
     requests: {limit: 1, period: second}
     max_wait: 2s
 `)
-	p := startProc(t, "-config", cfg)
+	// A hold of about 1s needs an attempt longer than the default 1s -check-timeout.
+	p := startProc(t, "-config", cfg, "-check-timeout", "3s")
 	conn := p.dial(t)
 	client := authv3.NewAuthorizationClient(conn)
 	req := chatRequest("gpt-4o", 10, nil)

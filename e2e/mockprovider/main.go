@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defaultOutput := fs.Int64("default-output-tokens", 4096, "output reserved when a request names no maximum")
 	anthropicEnc := fs.String("anthropic-encoding", "cl100k_base", "tiktoken encoding that counts Anthropic prompts")
 	anthropicFactor := fs.Float64("anthropic-factor", 1.25, "Anthropic prompt tokens per token of -anthropic-encoding")
+	maxCounted := fs.Int("max-counted-bytes", 0, "longest text counted with tiktoken-go; longer ones are charged one token per byte (0: count every text)")
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
 	errorLatency := fs.Duration("error-latency", 0, "how long an invalid request (400) takes to be answered")
 	compress := fs.Bool("compress", true, "compress replies in a coding the client accepts (br, zstd, gzip, deflate), as the providers do")
@@ -97,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		rw = f
 	}
-	pricer := &Pricer{DefaultOutput: *defaultOutput, AnthropicEncoding: *anthropicEnc, AnthropicFactor: *anthropicFactor}
+	pricer := &Pricer{DefaultOutput: *defaultOutput, AnthropicEncoding: *anthropicEnc, AnthropicFactor: *anthropicFactor, MaxCounted: *maxCounted}
 	// Load the encodings before serving, so that the first requests are not slowed.
 	for _, enc := range []string{"o200k_base", "cl100k_base", *anthropicEnc} {
 		if _, err := pricer.encoding(enc); err != nil {

@@ -47,6 +47,10 @@ type Pricer struct {
 	// Claude at roughly 1.15-1.3x the OpenAI encodings, so the mock counts cl100k_base x 1.25.
 	AnthropicEncoding string
 	AnthropicFactor   float64
+	// MaxCounted, when positive, is the longest text counted with tiktoken-go (which takes
+	// seconds per MiB); a longer one is charged one token per byte, the most a byte-level BPE
+	// gives, so that floods of huge bodies stay cheap to the mock and are never under-charged.
+	MaxCounted int
 
 	mu   sync.Mutex
 	encs map[string]*tiktoken.Tiktoken
@@ -208,7 +212,12 @@ func (p *Pricer) Price(path string, body []byte) (*Price, error) {
 	if err != nil {
 		return nil, err
 	}
-	count := func(s string) int64 { return int64(len(enc.EncodeOrdinary(s))) }
+	count := func(s string) int64 {
+		if p.MaxCounted > 0 && len(s) > p.MaxCounted {
+			return int64(len(s))
+		}
+		return int64(len(enc.EncodeOrdinary(s)))
+	}
 	chat := func(msgs []message) int64 {
 		n := int64(3) // every reply is primed with <|start|>assistant<|message|>
 		for _, m := range msgs {

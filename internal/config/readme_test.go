@@ -1,14 +1,20 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// Every configuration example in the README loads: limits files (yaml blocks that start with
+// readmeHoldLimit is the longest max_wait ext-authz serve honours with its default flags: the 1s
+// -check-timeout less twice the 50ms -redis-timeout and the 25ms answer margin.
+const readmeHoldLimit = 875 * time.Millisecond
+
+// Every configuration example in the README loads, and starts with the default flags: limits files (yaml blocks that start with
 // "# limits") through Parse, and route context_extensions through ParseRoute.
 func TestREADMEExamples(t *testing.T) {
 	t.Parallel()
@@ -22,7 +28,11 @@ func TestREADMEExamples(t *testing.T) {
 		src := b[1]
 		if regexp.MustCompile(`^# limits`).Match(src) {
 			files++
-			if _, err := Parse(src, "README example"); err != nil {
+			c, err := Parse(src, "README example")
+			if err == nil {
+				err = c.CheckMaxWait(readmeHoldLimit, "README example")
+			}
+			if err != nil {
 				t.Errorf("README limits example:\n%s\n%v", src, err)
 			}
 			continue
@@ -41,7 +51,11 @@ func TestREADMEExamples(t *testing.T) {
 			if ext := f.CheckSettings.ContextExtensions; len(ext) > 0 {
 				routes++
 				c, _ := Default()
-				if _, err := c.ParseRoute(ext); err != nil {
+				rt, err := c.ParseRoute(ext)
+				if err == nil && rt.Rule != nil && rt.Rule.MaxWait > readmeHoldLimit {
+					err = fmt.Errorf("max_wait %v is above %v", rt.Rule.MaxWait, readmeHoldLimit)
+				}
+				if err != nil {
 					t.Errorf("README context_extensions example %v: %v", ext, err)
 				}
 			}

@@ -7,6 +7,12 @@
 // the same decision for a decoded request) and encodes its answers by hand (AppendAnswer):
 // protobuf's generic decoding and encoding cost more than the rest of a decision but pricing.
 //
+// Every answer is sent within the check's attempt (Options.CheckTimeout, Envoy's per-try timeout,
+// and ctx's deadline), whatever the client sends: a large body is counted exactly only in one of a
+// few pricing slots and within its time, else priced at once at the estimator's upper bound
+// (Bounder); a hold for max_wait ends before the attempt does. A check that missed its attempt
+// would be decided by Envoy's failure mode, unpriced.
+//
 // Over the limit is a decision, not an error: a denial is a successful RPC. Only a request that is
 // not HTTP at all, or not valid protobuf, is an RPC error. This package owns every mapping to the wire; it declares the
 // small interfaces it needs and must never be imported by the bucket or tokens packages.

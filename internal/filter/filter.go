@@ -3,6 +3,7 @@ package filter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -68,6 +69,23 @@ type Options struct {
 	// (waiting for a pooled connection, dialling, asking a Sentinel, following redirections), so
 	// that a Check never waits for the store longer than this. Default: no bound but ctx's.
 	StoreTimeout time.Duration
+	// CheckTimeout, when positive, is the longest one attempt of a check may take, as Envoy
+	// enforces it: its per-try timeout, which Envoy does not tell the service (the grpc-timeout
+	// it sends is the whole timeout). Every answer is sent within CheckTimeout of the check's
+	// arrival and ctx's deadline: holds end before it, and large bodies are priced at their
+	// upper bound when an exact count would not fit. Default: ctx's deadline alone.
+	CheckTimeout time.Duration
+	// PricingSlots is how many exact counts of large bodies (ExpensiveBytes or more) may run at
+	// once; a large body that finds no free slot is priced at its upper bound at once, without
+	// waiting. 0: GOMAXPROCS. Negative: no slots and no deadline, every body counted exactly
+	// however long it takes (only to measure what the bound prevents).
+	PricingSlots int
+	// ExpensiveBytes is the body size from which pricing goes through the slots and the
+	// deadline. Default DefaultExpensiveBytes.
+	ExpensiveBytes int
+	// PricingTimeout is the longest an exact count of a large body may take before its upper
+	// bound answers instead. Default DefaultPricingTimeout.
+	PricingTimeout time.Duration
 }
 
 // Filter answers ext_authz Check requests. It is safe for concurrent use.
@@ -85,6 +103,8 @@ type Filter struct {
 	replicas atomic.Int64
 	// storeOK is when a shared store call last succeeded, in Unix nanoseconds; 0: never.
 	storeOK atomic.Int64
+	// pricing counts the exact counts of large bodies running now (see price).
+	pricing atomic.Int64
 }
 
 var _ authv3.AuthorizationServer = (*Filter)(nil)
@@ -115,6 +135,22 @@ func New(p *Policy, opts Options) (*Filter, error) {
 	if opts.Breaker == nil {
 		opts.Breaker = NewBreaker(BreakerOptions{Logger: opts.Logger, Now: opts.Now})
 	}
+	if opts.PricingSlots == 0 {
+		opts.PricingSlots = defaultPricingSlots()
+	}
+	if opts.ExpensiveBytes <= 0 {
+		opts.ExpensiveBytes = DefaultExpensiveBytes
+	}
+	if opts.PricingTimeout <= 0 {
+		opts.PricingTimeout = DefaultPricingTimeout
+	}
+	if opts.CheckTimeout < 0 || opts.StoreTimeout < 0 {
+		return nil, errors.New("filter: CheckTimeout and StoreTimeout must not be negative")
+	}
+	if opts.CheckTimeout > 0 && opts.CheckTimeout <= opts.StoreTimeout+opts.HoldMargin {
+		return nil, fmt.Errorf("filter: CheckTimeout %v leaves no time after the store's %v and the answer's margin %v",
+			opts.CheckTimeout, opts.StoreTimeout, opts.HoldMargin)
+	}
 	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics}
 	f.SetPolicy(p)
 	return f, nil
@@ -128,6 +164,17 @@ func (f *Filter) SetPolicy(p *Policy) {
 
 // Policy returns the policy in force.
 func (f *Filter) Policy() *Policy { return f.policy.Load() }
+
+// HoldLimit is the longest max_wait the filter can honour: a hold starts after the store's
+// answer and must end, with the answer's margin, within CheckTimeout. 0: no limit (no
+// CheckTimeout). A longer max_wait in a route's context_extensions is a bad route; the server
+// rejects a limits file holding one (config.Config.CheckMaxWait).
+func (f *Filter) HoldLimit() time.Duration {
+	if f.opts.CheckTimeout <= 0 {
+		return 0
+	}
+	return f.opts.CheckTimeout - f.opts.StoreTimeout - f.opts.HoldMargin
+}
 
 // Degraded reports whether the last store call failed (the store is considered unreachable).
 func (f *Filter) Degraded() bool { return f.degraded.Load() }
@@ -197,6 +244,9 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 		if err != nil {
 			return r, err
 		}
+		if lim := f.HoldLimit(); lim > 0 && rt.Rule != nil && rt.Rule.MaxWait > lim {
+			return r, fmt.Errorf("context_extensions[max_wait]: %v cannot be honoured: a check attempt ends within %v (-check-timeout) and holds need the store first", rt.Rule.MaxWait, lim)
+		}
 		r.route = rt
 	}
 	switch cfg.File.Tenant.Source {
@@ -260,7 +310,10 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 }
 
 // CheckBytes decides one request, given as the protobuf encoding of a CheckRequest. It reads
-// data in place: data must not change until CheckBytes returns (the answer does not refer to it).
+// data in place: data must not change until CheckBytes returns (the answer does not refer to it),
+// nor afterwards when its body is large: an exact count abandoned at the deadline (see
+// Options.CheckTimeout) may still be reading it. The service's codec gives every request its
+// own copy, which nothing writes.
 // A malformed encoding is an InvalidArgument error, like a request without HTTP attributes.
 func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	start := f.opts.Now()
@@ -285,7 +338,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 
 	t0 := f.opts.Now()
-	est := p.Estimator.Estimate(&r.in)
+	est := f.price(ctx, p, &r.in, start)
 	f.m.priced(&est, f.opts.Now().Sub(t0))
 
 	pl := f.plan(p, r, &est)
@@ -308,7 +361,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 	held := false
 	if pl.enforced.MaxWait > 0 {
-		pl.enforced.MaxWait = f.holdable(ctx, pl.enforced.MaxWait, p.Config.File.MaxHeld)
+		pl.enforced.MaxWait = f.holdable(f.attemptDeadline(ctx, start), pl.enforced.MaxWait, p.Config.File.MaxHeld)
 		held = pl.enforced.MaxWait > 0
 	}
 	res, err := f.take(ctx, p, &pl.enforced)
@@ -375,11 +428,13 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (buck
 	return res, err
 }
 
-// holdable returns how long a request may be held: at most want, within the ext_authz deadline
-// less the margin, and zero when max_held requests are already held (it then counts one more).
-func (f *Filter) holdable(ctx context.Context, want time.Duration, maxHeld int) time.Duration {
-	if dl, ok := ctx.Deadline(); ok {
-		if left := dl.Sub(f.opts.Now()) - f.opts.HoldMargin; left < want {
+// holdable returns how long a request may be held: at most want, and short enough that the
+// hold, which starts once the store answered (within StoreTimeout), ends with the margin before
+// dl, the attempt's deadline (none when zero); zero when max_held requests are already held
+// (it then counts one more).
+func (f *Filter) holdable(dl time.Time, want time.Duration, maxHeld int) time.Duration {
+	if !dl.IsZero() {
+		if left := dl.Sub(f.opts.Now()) - f.opts.StoreTimeout - f.opts.HoldMargin; left < want {
 			want = left
 		}
 	}

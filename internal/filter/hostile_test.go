@@ -125,7 +125,9 @@ func TestHostileInput(t *testing.T) {
 	t.Parallel()
 	for _, hc := range hostileCases() {
 		t.Run(hc.name, func(t *testing.T) {
-			e := newEnv(t, "", Options{})
+			// The pricer's own rule for each case, counted exactly however long it takes (under
+			// the race detector too): the deadline's upper bound is TestPricingBounded's.
+			e := newEnv(t, "", Options{PricingSlots: -1})
 			req := hc.req()
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)

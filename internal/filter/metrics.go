@@ -46,6 +46,7 @@ type Metrics struct {
 	storeLatency  *prometheus.HistogramVec
 	errors        *prometheus.CounterVec
 	held          prometheus.Gauge
+	bounds        *prometheus.CounterVec
 	models        labelCap
 }
 
@@ -84,9 +85,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llm_ratelimit_held_requests", Help: "Requests held now for a max_wait reservation.",
 		}),
+		bounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_pricing_bounded_total",
+			Help: "Large bodies priced at their upper bound instead of counted, by cause: busy (no pricing slot free), slow (the count did not finish in time), late (no time left for a count).",
+		}, []string{"cause"}),
 		models: labelCap{max: 100},
 	}
-	reg.MustRegister(m.decisions, m.ruleDecisions, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held)
+	reg.MustRegister(m.decisions, m.ruleDecisions, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds)
 	return m
 }
 
@@ -142,6 +147,13 @@ func (m *Metrics) error(r Reason) {
 		return
 	}
 	m.errors.WithLabelValues(string(r)).Inc()
+}
+
+func (m *Metrics) bounded(cause string) {
+	if m == nil {
+		return
+	}
+	m.bounds.WithLabelValues(cause).Inc()
 }
 
 func (m *Metrics) holding(delta float64) {

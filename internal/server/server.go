@@ -71,6 +71,13 @@ type Options struct {
 	// filter.BreakerOptions); zero keeps its defaults.
 	BreakerFailures int
 	BreakerOpenFor  time.Duration
+	// CheckTimeout is the longest one attempt of a check may take: Envoy's per-try timeout
+	// (filter.Options.CheckTimeout); 0: the grpc-timeout Envoy sends alone. A limits file with a
+	// max_wait that cannot be honoured within it is rejected, at start-up and on reload.
+	CheckTimeout time.Duration
+	// PricingSlots is filter.Options.PricingSlots: exact counts of large bodies at once (0:
+	// GOMAXPROCS; negative: unbounded, always exact).
+	PricingSlots int
 }
 
 // store is what the service needs of a bucket store.
@@ -174,8 +181,14 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		// Dial, write and read each have the Redis timeout; a Check waits for the store at most
 		// twice that, pool waits, Sentinel look-ups and redirections included.
 		StoreTimeout: 2 * o.RedisTimeout,
+		CheckTimeout: o.CheckTimeout,
+		PricingSlots: o.PricingSlots,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckMaxWait(s.filter.HoldLimit(), orDefault(o.ConfigPath, "embedded example")); err != nil {
+		s.closer()
 		return nil, err
 	}
 
@@ -400,6 +413,9 @@ func (s *Server) watchConfig(ctx context.Context) {
 			var set reconcile.Settlement
 			if err == nil {
 				set, err = SettlementOf(c)
+			}
+			if err == nil {
+				err = c.CheckMaxWait(s.filter.HoldLimit(), s.opts.ConfigPath)
 			}
 			if err != nil {
 				s.reloads.WithLabelValues("rejected").Inc()

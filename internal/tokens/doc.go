@@ -85,6 +85,11 @@
 // Options.OutputRules glob matching the model, else Options.DefaultOutputTokens (4096).
 // Embeddings reserve nothing.
 //
+// Bound is Estimate without the counting: every text costs its length in bytes (no token of
+// either encoding is shorter than a byte), the rest of the price computed alike, so it is never
+// below Estimate and costs a parse; ReasonDeadline marks it. The filter answers with it when an
+// exact count would not fit the check's time.
+//
 // Bodies that cannot be priced field by field are never an error: non-JSON (or nesting deeper
 // than 128), invalid UTF-8, wrong types, gzip/deflate (decoded up to MaxDecodedBytes, then
 // scaled), other encodings (one token per compressed byte), partial bodies (the prefix scaled

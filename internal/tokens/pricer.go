@@ -200,7 +200,10 @@ func New(opts Options) (*Pricer, error) {
 
 // Estimate prices one request. It never panics, runs in time linear in the body size (bounded
 // by MaxBodyBytes and MaxDecodedBytes), does not retain in, and is safe for concurrent use.
-func (p *Pricer) Estimate(in *Input) (est Estimate) {
+func (p *Pricer) Estimate(in *Input) (est Estimate) { return p.estimate(in, false) }
+
+// estimate is Estimate, or Bound when bound is set.
+func (p *Pricer) estimate(in *Input, bound bool) (est Estimate) {
 	if in == nil {
 		return Estimate{Reason: ReasonNotJSON}
 	}
@@ -208,13 +211,20 @@ func (p *Pricer) Estimate(in *Input) (est Estimate) {
 	defer func() {
 		if r := recover(); r != nil {
 			// A bug, not an input problem: price the raw body rather than fail the request.
-			est = Estimate{Provider: est.Provider, API: est.API, Reason: ReasonInternal,
-				PromptTokens: int64(p.fallback.Count(in.Body[:min(len(in.Body), int(p.opts.MaxBodyBytes))]))}
+			body := in.Body[:min(len(in.Body), int(p.opts.MaxBodyBytes))]
+			n := int64(len(body))
+			if !bound {
+				n = int64(p.fallback.Count(body))
+			}
+			est = Estimate{Provider: est.Provider, API: est.API, Reason: ReasonInternal, PromptTokens: n}
 			w = new(work) // do not pool scratch a panic may have left inconsistent
 		}
 		p.work.Put(w)
 	}()
-	s := pricing{p: p, w: w}
+	s := pricing{p: p, w: w, bound: bound}
+	if bound {
+		s.est.Reason = ReasonDeadline
+	}
 	s.est.Provider, s.est.API, s.deployment = route(in.Path)
 	s.price(in)
 	s.est.Exact = s.est.Reason == ""
@@ -264,6 +274,8 @@ type pricing struct {
 	// resent is set while counting what clients send again on later requests (system prompts,
 	// tools, earlier messages): those counts go through the Pricer's countCache.
 	resent bool
+	// bound is set by Bound: every text costs its length in bytes instead of being counted.
+	bound bool
 }
 
 func (s *pricing) approx(r Reason) {
@@ -504,6 +516,9 @@ const maxPiece = 256 << 10
 
 // count counts raw bytes as text, through the count cache for resent text.
 func (s *pricing) count(b []byte) int64 {
+	if s.bound {
+		return int64(len(b)) // see Bound
+	}
 	c := s.p.cache
 	if !s.resent || c == nil || len(b) < minCached {
 		n, chunked := s.enc.count(b, maxPiece)
