@@ -67,7 +67,7 @@ func (h *headerList) Set(v string) error { *h = append(*h, v); return nil }
 
 func (rf *requestFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.path, "path", "/v1/chat/completions", "request path (with the query string)")
-	fs.StringVar(&rf.host, "host", "api.openai.com", "request host (:authority)")
+	fs.StringVar(&rf.host, "host", "", "request host (:authority); it decides the provider (empty: the path does)")
 	fs.StringVar(&rf.method, "method", "POST", "request method")
 	fs.Var(&rf.headers, "H", "request header 'name: value' (repeatable)")
 	fs.Var(&rf.ext, "ext", "route context_extensions entry 'key=value' (repeatable)")

@@ -61,7 +61,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
 		s.models(s.compressed(w, r), r)
 	case r.Method == http.MethodPost:
-		if _, api := APIOf(r.URL.Path); api != "" {
+		if _, api := APIOnHost(r.Host, r.URL.Path); api != "" {
 			cw := s.compressed(w, r)
 			defer cw.close()
 			s.priced(cw.ResponseWriter, r)
@@ -163,8 +163,9 @@ func apiKey(r *http.Request) string {
 
 func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	arrived := s.Now()
-	provider, api := APIOf(r.URL.Path)
-	anthropic := provider == "anthropic"
+	provider, api := APIOnHost(r.Host, r.URL.Path)
+	// Anthropic's OpenAI-compatible endpoint answers errors in OpenAI's format, for the OpenAI SDK.
+	anthropic := provider == "anthropic" && api == "messages"
 	rec := &Record{Provider: provider, API: api, Key: apiKey(r), RequestID: r.Header.Get("x-request-id"),
 		FailureModeAllowed: r.Header.Get("x-envoy-auth-failure-mode-allowed")}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
@@ -173,7 +174,7 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	}
 	var p *Price
 	if err == nil {
-		p, err = s.Pricer.Price(r.URL.Path, body)
+		p, err = s.Pricer.PriceOn(r.Host, r.URL.Path, body)
 	}
 	now := arrived
 	rec.T = unix(now)

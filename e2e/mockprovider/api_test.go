@@ -280,3 +280,17 @@ func TestChargeActual(t *testing.T) {
 		t.Fatalf("records %+v", got)
 	}
 }
+
+func TestAPIOnHost(t *testing.T) {
+	for _, c := range []struct{ host, path, provider, api string }{
+		{"api.anthropic.com", "/v1/chat/completions", "anthropic", "chat_completions"},
+		{"API.anthropic.com:80", "/v1/messages", "anthropic", "messages"},
+		{"api.anthropic.com", "/v1/embeddings", "", ""},
+		{"api.openai.com", "/v1/chat/completions", "openai", "chat_completions"},
+		{"127.0.0.1:8080", "/v1/messages", "anthropic", "messages"},
+	} {
+		if p, a := APIOnHost(c.host, c.path); p != c.provider || a != c.api {
+			t.Errorf("APIOnHost(%q, %q) = %q %q, want %q %q", c.host, c.path, p, a, c.provider, c.api)
+		}
+	}
+}

@@ -9,9 +9,10 @@
 //	mockprovider probe URL           exit 0 when URL answers 200 (container health checks)
 //
 // Endpoints: POST /v1/chat/completions (stream: true with a usage chunk), /v1/completions,
-// /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too); GET /v1/models, /healthz,
-// /stats; POST /price/<path> answers the price of a request without admitting it. Replies are
-// compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
+// /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too), and on Anthropic's host
+// /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits); GET /v1/models,
+// /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
+// are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
 // as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
 // usage of N tokens (an upstream reporting more than it used) and charged what it used. It must never
 // be exposed beyond a test network: it has no authentication.

@@ -184,9 +184,31 @@ func APIOf(path string) (provider, api string) {
 	return "", ""
 }
 
+// APIOnHost is APIOf on host: on Anthropic's host, /v1/chat/completions is Anthropic's
+// OpenAI-compatible endpoint, and no other OpenAI path exists.
+func APIOnHost(host, path string) (provider, api string) {
+	provider, api = APIOf(path)
+	if h, _, _ := strings.Cut(strings.ToLower(host), ":"); h == "api.anthropic.com" {
+		switch api {
+		case "messages":
+		case "chat_completions":
+			provider = "anthropic"
+		default:
+			return "", ""
+		}
+	}
+	return provider, api
+}
+
 // Price reads and prices one request body for path.
-func (p *Pricer) Price(path string, body []byte) (*Price, error) {
-	provider, api := APIOf(path)
+func (p *Pricer) Price(path string, body []byte) (*Price, error) { return p.PriceOn("", path, body) }
+
+// PriceOn prices one request body for path on host: Anthropic's host also serves its OpenAI SDK
+// compatibility layer, /v1/chat/completions, whose requests count against Anthropic's limits
+// ("Rate limits follow Anthropic's standard limits for the /v1/messages endpoint",
+// platform.claude.com/docs/en/api/openai-sdk) and are counted as Anthropic counts.
+func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
+	provider, api := APIOnHost(host, path)
 	if api == "" {
 		return nil, fmt.Errorf("price: %s is not a priced endpoint", path)
 	}
@@ -243,6 +265,9 @@ func (p *Pricer) Price(path string, body []byte) (*Price, error) {
 	switch api {
 	case "chat_completions":
 		pr.Prompt = chat(r.Messages)
+		if provider == "anthropic" && p.AnthropicFactor > 0 {
+			pr.Prompt = int64(math.Ceil(float64(pr.Prompt) * p.AnthropicFactor))
+		}
 		pr.Output = output(r.MaxCompletionTokens, r.MaxTokens) * int64(pr.N)
 	case "completions":
 		var in stringsOrTokens

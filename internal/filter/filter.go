@@ -225,6 +225,12 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
 		r.path = r.path[:i]
 	}
+	// The host decides the provider (tokens.Recognize). It is read in place: pricing does not
+	// keep it.
+	r.in.Host = w.host
+	if r.in.Host == "" {
+		r.in.Host = w.hdr[hdrAuthority]
+	}
 	r.in.Body = w.body()
 	r.in.ContentType = w.hdr[hdrContentType]
 	r.in.ContentEncoding = w.hdr[hdrContentEncoding]
@@ -333,7 +339,8 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		// the provider's format so that it is seen at once, never silently unlimited.
 		f.m.error(reasonBadRoute)
 		f.log.Warn("invalid route context_extensions", zap.String("reason", string(reasonBadRoute)), zap.Error(err))
-		est := tokens.Estimate{Provider: providerOfPath(r.path)}
+		var est tokens.Estimate
+		est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
 		return f.finish(start, &est, nil, badRouteResponse(&est, err)), nil
 	}
 
@@ -567,17 +574,6 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 		ce.Write(fields...)
 	}
 	return a
-}
-
-// providerOfPath guesses the provider from the path alone, for answers given before pricing.
-func providerOfPath(path string) tokens.Provider {
-	switch {
-	case strings.HasSuffix(path, "/v1/messages") || strings.HasPrefix(path, "/v1/messages"):
-		return tokens.Anthropic
-	case strings.HasPrefix(path, "/openai/deployments/"):
-		return tokens.AzureOpenAI
-	}
-	return tokens.OpenAI
 }
 
 // Explanation is what a request would hit, without debiting anything: for the estimate command.

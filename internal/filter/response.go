@@ -196,12 +196,13 @@ func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev
 	return &m.Answer
 }
 
-// errorBody renders an error in the provider's own format, which its SDKs parse:
-// OpenAI {"error": {"message", "type", "param", "code"}} and
-// Anthropic {"type": "error", "error": {"type", "message"}}.
-func errorBody(p tokens.Provider, openaiType, openaiCode, anthropicType, msg string) []byte {
+// errorBody renders an error in the format of the API the client called, which its SDK parses:
+// OpenAI {"error": {"message", "type", "param", "code"}} (OpenAI, Azure, and Anthropic's
+// OpenAI-compatible endpoint, whose client is the OpenAI SDK) and Anthropic
+// {"type": "error", "error": {"type", "message"}} (the Messages API).
+func errorBody(est *tokens.Estimate, openaiType, openaiCode, anthropicType, msg string) []byte {
 	var v any
-	if p == tokens.Anthropic {
+	if est.AnthropicDialect() {
 		v = struct {
 			Type  string `json:"type"`
 			Error struct {
@@ -257,7 +258,7 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d%s, Requested %d. Please try again in %s.",
 			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), reserve, requested, resetString(wait))
 	}
-	body := errorBody(est.Provider, kind, "rate_limit_exceeded", "rate_limit_error", msg)
+	body := errorBody(est, kind, "rate_limit_exceeded", "rate_limit_error", msg)
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdrs, body,
 		pl.metadata(est, decisionDenied, wait))
 }
@@ -274,7 +275,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 	}
 	hdrs := pl.headers(res, 2)
 	hdrs = append(hdrs, header("x-should-retry", "false"))
-	body := errorBody(est.Provider, "invalid_request_error", "request_too_large", "request_too_large", msg)
+	body := errorBody(est, "invalid_request_error", "request_too_large", "request_too_large", msg)
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_PayloadTooLarge, hdrs, body,
 		pl.metadata(est, decisionTooLarge, 0))
 }
@@ -282,7 +283,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 // unavailableResponse answers while the store cannot decide and failure.mode denies: 503, which
 // the SDKs retry.
 func unavailableResponse(est *tokens.Estimate, pl *plan) *Answer {
-	body := errorBody(est.Provider, "server_error", "rate_limiter_unavailable", "api_error",
+	body := errorBody(est, "server_error", "rate_limiter_unavailable", "api_error",
 		"The rate limiter cannot reach its store. Please try again shortly.")
 	hdrs := []*corev3.HeaderValueOption{header("retry-after", "1"), header("x-should-retry", "true")}
 	return deniedResponse(codes.Unavailable, typev3.StatusCode_ServiceUnavailable, hdrs, body, pl.metadata(est, decisionUnavailable, 0))
@@ -290,7 +291,7 @@ func unavailableResponse(est *tokens.Estimate, pl *plan) *Answer {
 
 // badRouteResponse answers a request whose route carries invalid context_extensions: 500.
 func badRouteResponse(est *tokens.Estimate, err error) *Answer {
-	body := errorBody(est.Provider, "server_error", "rate_limiter_misconfigured", "api_error",
+	body := errorBody(est, "server_error", "rate_limiter_misconfigured", "api_error",
 		"The rate limiter's route configuration is invalid: "+err.Error())
 	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
 	return deniedResponse(codes.Internal, typev3.StatusCode_InternalServerError, hdrs, body, (*plan)(nil).metadata(est, decisionBadRoute, 0))

@@ -25,6 +25,7 @@ const (
 
 	fieldHTTPHeaders = 3  // HttpRequest.headers (map<string, string>)
 	fieldHTTPPath    = 4  // HttpRequest.path
+	fieldHTTPHost    = 5  // HttpRequest.host (the :authority)
 	fieldHTTPSize    = 9  // HttpRequest.size
 	fieldHTTPBody    = 11 // HttpRequest.body (string)
 	fieldHTTPRawBody = 12 // HttpRequest.raw_body (bytes)
@@ -36,6 +37,7 @@ const (
 // The headers a decision reads, by index in wireRequest.hdr.
 const (
 	hdrPath = iota
+	hdrAuthority
 	hdrContentType
 	hdrContentEncoding
 	hdrContentLength
@@ -54,6 +56,7 @@ var errMalformed = errors.New("malformed CheckRequest")
 type wireRequest struct {
 	http      bool // attributes.request.http is present
 	path      string
+	host      string
 	rawBody   []byte // raw_body
 	strBody   []byte // body, the string form, used when raw_body is empty
 	size      int64
@@ -123,6 +126,8 @@ func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest
 			switch k {
 			case ":path":
 				i = hdrPath
+			case ":authority":
+				i = hdrAuthority
 			case "content-type":
 				i = hdrContentType
 			case "content-encoding":
@@ -144,6 +149,8 @@ func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest
 			}
 		case fieldHTTPPath:
 			w.path = unsafeString(v)
+		case fieldHTTPHost:
+			w.host = unsafeString(v)
 		case fieldHTTPBody:
 			w.strBody = v
 		case fieldHTTPRawBody:

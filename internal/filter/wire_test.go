@@ -34,9 +34,9 @@ func wantWire(req *authv3.CheckRequest, tenantHeader, priorityHeader string) wir
 	}
 	h := attrs.GetRequest().GetHttp()
 	w.http = h != nil
-	w.path, w.size = h.GetPath(), h.GetSize()
+	w.path, w.host, w.size = h.GetPath(), h.GetHost(), h.GetSize()
 	w.rawBody, w.strBody = h.GetRawBody(), []byte(h.GetBody())
-	names := [hdrCount]string{":path", "content-type", "content-encoding", "content-length", "x-envoy-auth-partial-body", tenantHeader, priorityHeader}
+	names := [hdrCount]string{":path", ":authority", "content-type", "content-encoding", "content-length", "x-envoy-auth-partial-body", tenantHeader, priorityHeader}
 	for i, n := range names {
 		if n == "" {
 			continue

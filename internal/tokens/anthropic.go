@@ -103,3 +103,29 @@ func (s *pricing) anthropicFactor() float64 {
 	}
 	return s.p.opts.AnthropicFactor
 }
+
+// anthropicChat prices a body sent to Anthropic's OpenAI-compatible endpoint
+// (/v1/chat/completions on api.anthropic.com). It is read as OpenAI's chat body and counted as
+// Anthropic text: Anthropic turns it into a Messages request (system and developer messages
+// hoisted into one system prompt, tools into its own tools; max_tokens and
+// max_completion_tokens "fully supported", n "must be exactly 1": platform.claude.com/docs/en/
+// api/openai-sdk), so the estimate is the Messages one: the chat rule's count with cl100k_base,
+// plus the Messages overheads (the wrapper, 5 rather than 3 per message, Anthropic's tool-use
+// system prompt), times the model's factor. A larger n is reserved all the same.
+func (s *pricing) anthropicChat(root int) {
+	s.approx(ReasonAnthropicEstimate)
+	s.chat(root)
+	text := s.est.PromptTokens + anthropicBase
+	msgs := s.d.get(root, "messages")
+	s.d.elems(msgs, func(int) bool {
+		text += anthropicPerMessage - 3 // the chat rule counted 3 per message
+		return true
+	})
+	for _, k := range [...]string{"tools", "functions"} {
+		if t := s.d.get(root, k); s.d.kind(t) == jArray && s.d.nodes[t].next != int32(t+1) {
+			text += anthropicToolsSystem
+			break
+		}
+	}
+	s.est.PromptTokens = int64(math.Ceil(float64(text) * s.anthropicFactor()))
+}

@@ -6,6 +6,11 @@
 //
 // # APIs
 //
+// The host (Input.Host) decides the provider, the path the API (Recognize, route.go):
+// api.openai.com is OpenAI, *.openai.azure.com and *.cognitiveservices.azure.com Azure,
+// api.anthropic.com Anthropic; a path the host does not serve is UnknownAPI. Any other host is
+// recognised from the path alone.
+//
 //   - OpenAI /v1/chat/completions: messages with string or content-part content, name,
 //     assistant tool_calls and function_call, tool messages, tools/functions, response_format,
 //     image parts.
@@ -15,8 +20,11 @@
 //     max_output_tokens.
 //   - OpenAI /v1/embeddings: input as a string, array of strings or token arrays; no output.
 //   - Azure OpenAI /openai/deployments/{name}/{chat/completions,completions,embeddings,
-//     responses}?api-version=...: the model from the body, else Options.AzureDeployments, else
-//     the deployment name itself; /openai/v1/... with the model in the body.
+//     responses}?api-version=...: the model is the deployment's (Options.AzureDeployments, else
+//     the deployment name itself), never the body's; /openai/v1/... with the model in the body.
+//   - Anthropic /v1/chat/completions on api.anthropic.com (its OpenAI SDK compatibility
+//     layer): the OpenAI chat body, priced with the Anthropic estimate; Anthropic for every
+//     rule, answered in OpenAI's format (Estimate.AnthropicDialect is false).
 //   - Anthropic /v1/messages: system as a string or blocks, content blocks (text, image,
 //     tool_use, tool_result, thinking, documents), tools, max_tokens.
 //   - OpenAI-compatible servers (vLLM, LiteLLM, ...) on the same paths, also under a prefix

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -95,12 +96,14 @@ const (
 
 // Pricer prices requests. It is immutable after New and safe for concurrent use.
 type Pricer struct {
-	opts     Options
-	fallback *Encoder
-	cl100k   *Encoder
-	o200k    *Encoder
-	cache    *countCache // nil when off
-	work     sync.Pool   // *work
+	opts Options
+	// azureFold is Options.AzureDeployments with ASCII-lower-cased names.
+	azureFold map[string]string
+	fallback  *Encoder
+	cl100k    *Encoder
+	o200k     *Encoder
+	cache     *countCache // nil when off
+	work      sync.Pool   // *work
 }
 
 // work is the per-call scratch, pooled.
@@ -194,6 +197,10 @@ func New(opts Options) (*Pricer, error) {
 		return nil, errors.Join(errs...)
 	}
 	p.cache = newCountCache(opts.CountCache)
+	p.azureFold = make(map[string]string, len(opts.AzureDeployments))
+	for name, model := range opts.AzureDeployments {
+		p.azureFold[strings.ToLower(name)] = model
+	}
 	p.work.New = func() any { return new(work) }
 	return p, nil
 }
@@ -225,42 +232,12 @@ func (p *Pricer) estimate(in *Input, bound bool) (est Estimate) {
 	if bound {
 		s.est.Reason = ReasonDeadline
 	}
-	s.est.Provider, s.est.API, s.deployment = route(in.Path)
+	s.est.Provider, s.est.API, s.deployment = recognize(in.Host, in.Path)
 	s.price(in)
 	s.est.Exact = s.est.Reason == ""
 	s.est.PromptTokens = max(s.est.PromptTokens, 0)
 	s.est.OutputTokens = max(s.est.OutputTokens, 0)
 	return s.est
-}
-
-// route classifies the request path (query string ignored).
-func route(p string) (prov Provider, api API, deployment string) {
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
-		p = p[:i]
-	}
-	p = strings.TrimRight(p, "/")
-	prov = OpenAI
-	if rest, ok := strings.CutPrefix(p, "/openai/deployments/"); ok {
-		prov = AzureOpenAI
-		deployment, _, _ = strings.Cut(rest, "/")
-	} else if strings.HasPrefix(p, "/openai/") {
-		prov = AzureOpenAI // Azure's v1 API: /openai/v1/chat/completions, model in the body
-	}
-	switch {
-	case strings.HasSuffix(p, "/chat/completions"):
-		api = ChatCompletions
-	case strings.HasSuffix(p, "/completions"):
-		api = Completions
-	case strings.HasSuffix(p, "/embeddings"):
-		api = Embeddings
-	case strings.HasSuffix(p, "/responses"):
-		api = Responses
-	case strings.HasSuffix(p, "/v1/messages") && prov == OpenAI:
-		prov, api = Anthropic, Messages
-	default:
-		prov = UnknownProvider
-	}
-	return prov, api, deployment
 }
 
 // pricing is the state of one Estimate call.
@@ -287,13 +264,18 @@ func (s *pricing) approx(r Reason) {
 func (s *pricing) price(in *Input) {
 	body, scale, done := s.body(in)
 	if done {
-		s.chooseEncoder(sniffModel(in.Body))
+		s.est.Model = s.deploymentModel()
+		model := s.est.Model
+		if model == "" {
+			model = sniffModel(in.Body)
+		}
+		s.chooseEncoder(model)
 		s.est.OutputTokens = s.defaultOutput()
 		return
 	}
 	if scale != 1 {
 		// Only a prefix is available: count it as raw text and scale it up.
-		s.est.Model = sniffModel(body)
+		s.est.Model = s.modelOr(sniffModel(body))
 		s.chooseEncoder(s.est.Model)
 		s.est.PromptTokens = scaled(s.count(body), scale)
 		s.est.OutputTokens = s.defaultOutput()
@@ -308,23 +290,19 @@ func (s *pricing) price(in *Input) {
 	s.d = &s.w.doc
 	if err := s.d.parse(body); err != nil || s.d.kind(0) != jObject {
 		s.approx(ReasonNotJSON)
-		s.est.Model = sniffModel(body)
+		s.est.Model = s.modelOr(sniffModel(body))
 		s.chooseEncoder(s.est.Model)
 		s.est.PromptTokens = s.count(body)
 		s.est.OutputTokens = s.defaultOutput()
 		return
 	}
 	root := 0
-	model := s.d.get(root, "model")
-	if m, ok := s.d.text(nil, model); ok {
-		s.est.Model = string(m)
-	} else if model >= 0 && s.d.kind(model) != jNull {
-		s.approx(ReasonWrongType)
-	}
-	if s.est.Model == "" && s.deployment != "" {
-		s.est.Model = s.deployment
-		if m, ok := s.p.opts.AzureDeployments[s.deployment]; ok {
-			s.est.Model = m
+	if s.est.Model = s.deploymentModel(); s.est.Model == "" {
+		model := s.d.get(root, "model")
+		if m, ok := s.d.text(nil, model); ok {
+			s.est.Model = string(m)
+		} else if model >= 0 && s.d.kind(model) != jNull {
+			s.approx(ReasonWrongType)
 		}
 	}
 	if st := s.d.get(root, "stream"); s.d.kind(st) == jBool {
@@ -332,6 +310,10 @@ func (s *pricing) price(in *Input) {
 	}
 	if s.est.Provider == Anthropic {
 		s.enc = s.p.cl100k
+		if s.est.API == ChatCompletions {
+			s.anthropicChat(root) // Anthropic's OpenAI-compatible endpoint
+			return
+		}
 		s.anthropic(root)
 		return
 	}
@@ -346,6 +328,62 @@ func (s *pricing) price(in *Input) {
 	case Responses:
 		s.responses(root)
 	}
+}
+
+// deploymentModel is the model of an Azure deployment path: the deployment's model in
+// Options.AzureDeployments, else the deployment name; "" when the path names no deployment.
+// The deployment decides, never the body's "model": Azure routes a request to the model
+// deployed under the path's {deployment-id} ("POST {endpoint}/openai/deployments/{deployment-id}/
+// chat/completions", deployment-id "Deployment id of the model which was deployed": Azure
+// OpenAI REST API reference, learn.microsoft.com/azure/ai-foundry/openai/reference), so a body
+// naming another model changes nothing at Azure and must change nothing here.
+//
+// A spelling that reaches the same deployment reaches the same model: the name is
+// percent-decoded (%70rod is prod) and looked up regardless of ASCII case. Both cost only the
+// requests that use them.
+func (s *pricing) deploymentModel() string {
+	d := s.deployment
+	if d == "" {
+		return ""
+	}
+	if m, ok := s.p.opts.AzureDeployments[d]; ok {
+		return m
+	}
+	if strings.IndexByte(d, '%') >= 0 {
+		if u, err := url.PathUnescape(d); err == nil && u != "" {
+			d = u
+			if m, ok := s.p.opts.AzureDeployments[d]; ok {
+				return m
+			}
+		}
+	}
+	if len(d) <= maxFoldedName {
+		var buf [maxFoldedName]byte
+		for i := 0; i < len(d); i++ {
+			c := d[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			buf[i] = c
+		}
+		if m, ok := s.p.azureFold[string(buf[:len(d)])]; ok {
+			return m
+		}
+	}
+	return d
+}
+
+// maxFoldedName bounds the deployment names looked up regardless of case (in a buffer on the
+// stack); longer names are looked up as they are sent.
+const maxFoldedName = 128
+
+// modelOr is the deployment's model, else sniffed (a model found in a body that is not read
+// field by field).
+func (s *pricing) modelOr(sniffed string) string {
+	if m := s.deploymentModel(); m != "" {
+		return m
+	}
+	return sniffed
 }
 
 // chooseEncoder picks the model's encoding, or the fallback (approximate).

@@ -54,6 +54,9 @@ func (a API) String() string {
 
 // Input is what pricing reads of one HTTP request. It does not retain any of it.
 type Input struct {
+	// Host is the request's host (Envoy's :authority), in any case, with or without a port; ""
+	// when unknown. It decides the provider before the path does (see Recognize).
+	Host string
 	// Path is the request path including the query string (Envoy's :path).
 	Path string
 	// Body is the request body as Envoy sent it (possibly the first bytes only).
@@ -72,7 +75,8 @@ type Input struct {
 type Estimate struct {
 	Provider Provider
 	API      API
-	// Model is the model named by the body (or by the Azure deployment map); "" when unknown.
+	// Model is the model the request calls: on an Azure deployment path the deployment's (from
+	// Options.AzureDeployments, else the deployment name), elsewhere the body's; "" when unknown.
 	// Callers must not log it without bounding its length.
 	Model string
 	// PromptTokens is the input token count (exact or estimated).
@@ -154,3 +158,8 @@ const (
 	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
 	ReasonInternal Reason = "internal"
 )
+
+// AnthropicDialect reports whether the request speaks Anthropic's own API (the Messages API),
+// whose SDK reads Anthropic's error body. Every other priced API, Anthropic's OpenAI-compatible
+// endpoint included, is answered in OpenAI's format, which the OpenAI SDK reads.
+func (e *Estimate) AnthropicDialect() bool { return e.API == Messages }
