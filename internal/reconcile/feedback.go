@@ -16,6 +16,8 @@ type report struct {
 	// retryAfter is a 429's retry-after (or retry-after-ms).
 	retryAfter time.Duration
 	sse        bool
+	// local is true when Envoy made the response itself (AttrCodeDetails is not via_upstream).
+	local bool
 }
 
 // readHeaders reads the status, content type and rate-limit headers of a response.
