@@ -29,7 +29,7 @@ const MetadataNamespace = "envoy.filters.http.ext_authz"
 
 // AttrCodeDetails is the Envoy attribute that tells who answered (ext_proc's
 // response_attributes): "via_upstream" for the provider's own response, anything else
-// ("upstream_response_timeout", "stream_idle_timeout", "upstream_reset_before_response_started{...}")
+// ("response_timeout", "stream_idle_timeout", "upstream_reset_before_response_started{...}")
 // for a reply Envoy made itself.
 const AttrCodeDetails = "response.code_details"
 

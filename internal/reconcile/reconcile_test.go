@@ -419,7 +419,7 @@ func TestWhoAnswered(t *testing.T) {
 		{"provider_error_refunded", []*extprocv3.ProcessingRequest{requestHeaders(),
 			answered("via_upstream", ":status", "504"), body(`{"error":{}}`, true)}, 10000, 100, resultUpstreamError},
 		{"route_timeout_kept", []*extprocv3.ProcessingRequest{requestHeaders(),
-			answered("upstream_response_timeout", ":status", "504"), body(`upstream request timeout`, true)}, 9000, 99, resultLocalReply},
+			answered("response_timeout", ":status", "504"), body(`upstream request timeout`, true)}, 9000, 99, resultLocalReply},
 		{"stream_idle_timeout_kept", []*extprocv3.ProcessingRequest{requestHeaders(),
 			answered("stream_idle_timeout", ":status", "408"), body(`stream timeout`, true)}, 9000, 99, resultLocalReply},
 		{"reset_kept", []*extprocv3.ProcessingRequest{requestHeaders(),
