@@ -6,11 +6,15 @@
 //     reports (a JSON body's "usage", or the usage of a server-sent event stream: OpenAI's final
 //     chunk, which needs stream_options.include_usage; the Responses API's response.completed;
 //     Anthropic's message_start and message_delta);
-//   - refunds everything when the provider answered an error (4xx, 5xx) before generating;
-//   - releases the request's in-flight lease (max_concurrent), also when the stream breaks;
+//   - refunds everything when the provider answered an error (4xx, 5xx) before generating, and
+//     nothing when Envoy answered itself (response.code_details other than via_upstream: a
+//     timeout, a reset), since the provider may have finished and billed the request;
+//   - releases the request's in-flight lease (max_concurrent), also when the stream breaks, and
+//     when it ends before any response (the stream opens with the request headers);
 //   - lowers the rules marked provider_feedback to what the provider's rate-limit headers say is
 //     left (x-ratelimit-*-tokens, anthropic-ratelimit-*), never raising them, and pauses them for
-//     every replica after a provider 429 with retry-after.
+//     every replica after a provider 429 with retry-after; internal/filter marks these buckets only
+//     for a request that carried the operator's own credential.
 //
 // It never holds a response: in Envoy's observability mode it answers nothing, and in the other
 // modes it answers every message at once and does its store calls after. A response whose usage
