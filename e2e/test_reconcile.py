@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import copy
+import hashlib
 import math
 import threading
 from pathlib import Path
@@ -37,6 +38,16 @@ def _without_ext_proc(cfg: dict) -> dict:
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.ext_proc"]
     return cfg
+
+
+SALT = "e2e-salt-reconcile"
+
+
+def _own(*keys: str) -> str:
+    """The limits file's credentials: the keys the clients send through Envoy are the operator's
+    (only answers to them may correct provider_feedback rules)."""
+    sums = [hashlib.sha256((SALT + k).encode()).hexdigest() for k in keys]
+    return f"credentials: {{salt: {SALT}, sha256: {sums}}}\n"
 
 
 _up_lock = threading.Lock()
@@ -97,7 +108,8 @@ def reconcile_run(workdir: Path, reserve_only: bool) -> dict:
 {concurrency_a}
     provider_feedback: true
     refund: true"""
-    stack = _Stack(name, workdir / name, sc.limits_yaml(rules),
+    own = _own("sk-rec-py0", "sk-rec-py1", "sk-rec-go-openai", "sk-rec-go-anthropic")
+    stack = _Stack(name, workdir / name, sc.limits_yaml(rules) + own,
                    ["-mode", "token_bucket", "-period", f"{int(PERIOD)}s", "-charge", "actual",
                     "-openai-tpm", str(LIMIT), "-anthropic-tpm", str(LIMIT), "-latency", "300ms",
                     "-completion-tokens", "40"], replicas=3)
@@ -200,7 +212,8 @@ def outside_run(workdir: Path, feedback: bool) -> dict:
     per: [model]
     tokens: {{limit: {int(FB_LIMIT * FB_MARGIN)}, period: {int(PERIOD)}s}}
     provider_feedback: {str(feedback).lower()}""" for p in ("openai", "anthropic"))
-    stack = _Stack(name, workdir / name, sc.limits_yaml(rules),
+    own = _own("sk-fb-py0", "sk-fb-go-openai", "sk-fb-go-anthropic")
+    stack = _Stack(name, workdir / name, sc.limits_yaml(rules) + own,
                    ["-mode", "token_bucket", "-period", f"{int(PERIOD)}s", "-openai-tpm", str(FB_LIMIT),
                     "-anthropic-tpm", str(FB_LIMIT), "-latency", "300ms", "-completion-tokens", str(FB_MAX_TOKENS),
                     # The limiter's own Anthropic estimate (cl100k_base x 1.6): otherwise its 28%

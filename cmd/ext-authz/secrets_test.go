@@ -20,13 +20,18 @@ func TestNoSecretsInLogsOrMetrics(t *testing.T) {
 	t.Parallel()
 	const marker = "Zq7MARKERx"
 	redis := redistest.StartServer(t)
+	// The operator's key, in a key file as a mounted secret: the service hashes it at load and
+	// every request's credentials at check time (a provider_feedback rule), and keeps neither.
+	keyFile := writeFile(t, "openai-key", "sk-"+marker+"-key\n")
 	cfg := writeFile(t, "limits.yaml", `
 tenant: {source: header, header: x-tenant-id}
 failure: {mode: local, replicas: 2}
+credentials: {files: [`+keyFile+`]}
 rules:
   - name: tenants
     per: [tenant, model]
     tokens: {limit: 300, period: minute}
+    provider_feedback: true
 `)
 	p := startProc(t, "-config", cfg, "-redis-url", redis.URL(), "-redis-prefix", "secrets:", "-log-level", "debug",
 		"-redis-timeout", faultTimeout.String())

@@ -29,6 +29,13 @@ type Server struct {
 	Recorder *Recorder
 	// Latency is how long an admitted answer takes (spread over the events of a stream).
 	Latency time.Duration
+	// KeyLatency overrides Latency for the requests of some API keys (a slow generation).
+	KeyLatency map[string]time.Duration
+	// KeyEnforcers are the budgets of API keys that belong to an organisation of their own: a
+	// request with such a key is admitted, refused (429 with retry-after) and reported (the
+	// rate-limit headers) against its key's budget, never the shared one, as a provider keeps
+	// the limits of each organisation apart.
+	KeyEnforcers map[string]*Enforcer
 	// CompletionTokens is the most output tokens an answer generates (within the request's max).
 	CompletionTokens int64
 	// EmbeddingDims is the default length of an embedding vector.
@@ -191,7 +198,11 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, cost, p.Stream
 
-	v := s.Enforcer.AdmitAt(provider, p.Model, cost, now)
+	enf := s.Enforcer
+	if e, ok := s.KeyEnforcers[rec.Key]; ok {
+		enf = e
+	}
+	v := enf.AdmitAt(provider, p.Model, cost, now)
 	s.rateLimitHeaders(w.Header(), anthropic, &v, now)
 	if !v.Admitted {
 		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
@@ -228,6 +239,14 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	case "messages":
 		s.messages(w, r, p, id)
 	}
+}
+
+// latencyOf is how long the answer to r takes.
+func (s *Server) latencyOf(r *http.Request) time.Duration {
+	if d, ok := s.KeyLatency[apiKey(r)]; ok {
+		return d
+	}
+	return s.Latency
 }
 
 // rateLimitHeaders sets the provider's own rate-limit headers.
@@ -348,7 +367,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, p *Price, id int64
 		for i := 0; i < p.N; i++ {
 			choices = append(choices, map[string]any{"index": i, "text": words(n), "finish_reason": finish, "logprobs": nil})
 		}
-		if !pause(r, s.Latency) {
+		if !pause(r, s.latencyOf(r)) {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": cid, "object": "text_completion", "created": created, "model": p.Model, "choices": choices, "usage": usage})
@@ -360,7 +379,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, p *Price, id int64
 			choices = append(choices, map[string]any{"index": i, "finish_reason": finish, "logprobs": nil,
 				"message": map[string]any{"role": "assistant", "content": words(n), "refusal": nil}})
 		}
-		if !pause(r, s.Latency) {
+		if !pause(r, s.latencyOf(r)) {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"id": cid, "object": "chat.completion", "created": created, "model": p.Model,
@@ -374,7 +393,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, p *Price, id int64
 	delta := func(i int, d map[string]any, fin any) map[string]any {
 		return map[string]any{"index": i, "delta": d, "finish_reason": fin, "logprobs": nil}
 	}
-	e := newSSE(w, r, int(n)+2, s.Latency)
+	e := newSSE(w, r, int(n)+2, s.latencyOf(r))
 	for i := 0; i < p.N; i++ {
 		if !e.send("", chunk([]any{delta(i, map[string]any{"role": "assistant", "content": ""}, nil)})) {
 			return
@@ -413,13 +432,13 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, p *Price, id 
 	usage := map[string]any{"input_tokens": p.Prompt, "output_tokens": n, "total_tokens": p.Prompt + n,
 		"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
 	if !p.Stream {
-		if !pause(r, s.Latency) {
+		if !pause(r, s.latencyOf(r)) {
 			return
 		}
 		writeJSON(w, http.StatusOK, resp("completed", out, usage))
 		return
 	}
-	e := newSSE(w, r, int(n)+2, s.Latency)
+	e := newSSE(w, r, int(n)+2, s.latencyOf(r))
 	seq := 0
 	ev := func(typ string, fields map[string]any) bool {
 		fields["type"], fields["sequence_number"] = typ, seq
@@ -456,7 +475,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, p *Price) {
 		}
 		data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": emb})
 	}
-	if !pause(r, s.Latency) {
+	if !pause(r, s.latencyOf(r)) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": p.Model,
@@ -477,13 +496,13 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, p *Price, id i
 	}
 	w.Header().Set("request-id", fmt.Sprintf("req_mock%d", id))
 	if !p.Stream {
-		if !pause(r, s.Latency) {
+		if !pause(r, s.latencyOf(r)) {
 			return
 		}
 		writeJSON(w, http.StatusOK, msg([]any{map[string]any{"type": "text", "text": words(n)}}, stop, n))
 		return
 	}
-	e := newSSE(w, r, int(n)+3, s.Latency)
+	e := newSSE(w, r, int(n)+3, s.latencyOf(r))
 	steps := []struct {
 		name string
 		data any

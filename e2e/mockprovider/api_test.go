@@ -294,3 +294,38 @@ func TestAPIOnHost(t *testing.T) {
 		}
 	}
 }
+
+// A key with a budget of its own is admitted, refused and reported against it alone: its 429
+// leaves the shared budget whole, and the shared budget's state never shows in its headers.
+func TestKeyOfItsOwnOrganisation(t *testing.T) {
+	t.Parallel()
+	var rec bytes.Buffer
+	srv := &Server{
+		Pricer:           testPricer,
+		Enforcer:         NewEnforcer(TokenBucket, time.Minute, map[string]Limits{"openai": {Tokens: 1000}}, time.Now),
+		KeyEnforcers:     map[string]*Enforcer{"sk-foreign": NewEnforcer(TokenBucket, time.Minute, map[string]Limits{"openai": {Tokens: 30}}, time.Now)},
+		KeyLatency:       map[string]time.Duration{"sk-slow": 50 * time.Millisecond},
+		Recorder:         NewRecorder(TokenBucket, &rec),
+		CompletionTokens: 3,
+		Now:              time.Now,
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello world"}],"max_tokens":10}`
+	resp, _ := post(t, ts.URL+"/v1/chat/completions", body, "authorization", "Bearer sk-foreign")
+	if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-remaining-tokens") != "11" || resp.Header.Get("x-ratelimit-limit-tokens") != "30" {
+		t.Fatalf("first foreign request: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, _ = post(t, ts.URL+"/v1/chat/completions", body, "authorization", "Bearer sk-foreign")
+	if resp.StatusCode != 429 || resp.Header.Get("retry-after") == "" {
+		t.Fatalf("second foreign request: %d %v, want 429 with retry-after", resp.StatusCode, resp.Header)
+	}
+	t0 := time.Now()
+	resp, _ = post(t, ts.URL+"/v1/chat/completions", body, "authorization", "Bearer sk-slow")
+	if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-remaining-tokens") != "981" {
+		t.Fatalf("shared request: %d %v, want the shared budget whole but this one", resp.StatusCode, resp.Header)
+	}
+	if d := time.Since(t0); d < 50*time.Millisecond {
+		t.Errorf("sk-slow answered in %s, want its 50ms latency", d)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -72,6 +73,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
 	errorLatency := fs.Duration("error-latency", 0, "how long an invalid request (400) takes to be answered")
 	compress := fs.Bool("compress", true, "compress replies in a coding the client accepts (br, zstd, gzip, deflate), as the providers do")
+
+	keyLatency := fs.String("key-latency", "", "comma-separated KEY=DURATION: the answers to these API keys take this long instead of -latency")
+	keyTPM := fs.String("key-tpm", "", "comma-separated KEY=TOKENS: these API keys are organisations of their own, with this many tokens per period per model on every provider")
 	charge := fs.String("charge", "reserved", "what a request costs the limits: reserved (prompt + max_tokens, like OpenAI) or actual (prompt + tokens generated)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,11 +114,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"openai":    {Tokens: *openaiTPM, Requests: *openaiRPM},
 		"anthropic": {Tokens: *anthropicTPM, Requests: *anthropicRPM},
 	}
+	kl, err := keyValues(*keyLatency, time.ParseDuration)
+	if err != nil {
+		return fmt.Errorf("-key-latency: %w", err)
+	}
+	kt, err := keyValues(*keyTPM, func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
+	if err != nil {
+		return fmt.Errorf("-key-tpm: %w", err)
+	}
+	keyEnf := map[string]*Enforcer{}
+	for k, n := range kt {
+		keyEnf[k] = NewEnforcer(mode, *period, map[string]Limits{"openai": {Tokens: n}, "anthropic": {Tokens: n}}, time.Now)
+	}
 	srv := &Server{
 		Pricer:           pricer,
 		Enforcer:         NewEnforcer(mode, *period, limits, time.Now),
 		Recorder:         NewRecorder(mode, rw),
 		Latency:          *latency,
+		KeyLatency:       kl,
+		KeyEnforcers:     keyEnf,
 		CompletionTokens: *completion,
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
@@ -178,6 +196,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return srv.Recorder.Err()
+}
+
+// keyValues parses "KEY=VALUE,KEY=VALUE" with parse for the values.
+func keyValues[T any](s string, parse func(string) (T, error)) (map[string]T, error) {
+	out := map[string]T{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		x, err := parse(v)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", k, err)
+		}
+		out[k] = x
+	}
+	return out, nil
 }
 
 func probe(ctx context.Context, url string) error {

@@ -20,6 +20,10 @@ type Config struct {
 	Classes map[string]float64
 	// DefaultFloor is the floor of the default priority class.
 	DefaultFloor float64
+	// Own recognises the operator's own provider credentials (credentials).
+	Own *OwnCredentials
+	// Feedback is true when some rule has provider_feedback.
+	Feedback bool
 }
 
 // Scope is a set of request attributes a rule's buckets are kept per.
@@ -175,6 +179,8 @@ func (f *File) compile() (*Config, error) {
 		bad("max_held", "%d must not be negative", f.MaxHeld)
 	}
 
+	own := compileCredentials(&f.Credentials, bad)
+	c.Own = own
 	seen := map[string]int{}
 	for i := range f.Rules {
 		key := fmt.Sprintf("rules[%d]", i)
@@ -188,6 +194,12 @@ func (f *File) compile() (*Config, error) {
 		}
 		seen[r.Name] = i
 		c.Rules = append(c.Rules, r)
+		if r.Feedback {
+			c.Feedback = true
+			if !own.Configured() {
+				bad(key+".provider_feedback", "needs credentials (sha256, files or injected): only answers to the operator's own credential may correct a bucket")
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

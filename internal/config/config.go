@@ -36,6 +36,9 @@ type File struct {
 	Shadow bool `yaml:"shadow"`
 	// MaxHeld bounds the requests held at once for a max_wait reservation.
 	MaxHeld int `yaml:"max_held"`
+	// Credentials are the operator's own provider credentials, from which provider_feedback
+	// rules accept corrections.
+	Credentials Credentials `yaml:"credentials"`
 	// Rules are the limits. Every rule whose match fits a request applies to it.
 	Rules []RuleSpec `yaml:"rules"`
 }

@@ -277,6 +277,7 @@ func TestMaxConcurrentAndFeedback(t *testing.T) {
     provider_feedback: true
     max_concurrent: 2
     lease_ttl: 90s
+credentials: {injected: true}
 `), "t")
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +299,7 @@ func TestMaxConcurrentAndFeedback(t *testing.T) {
   - name: c
     max_concurrent: 1
     lease_ttl: 100ms
+credentials: {injected: true}
 `), "t")
 	var ce *Error
 	if !errors.As(err, &ce) {

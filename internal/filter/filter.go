@@ -207,6 +207,9 @@ type request struct {
 	priority string
 	floor    float64
 	route    *config.Route
+	// own is true when the request carried the operator's own provider credential (and no
+	// other): only then may the provider's answer correct a provider_feedback rule.
+	own bool
 }
 
 // parse reads what a decision needs from a decoded CheckRequest. The body is used in place;
@@ -268,6 +271,9 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	if r.tenant == "" {
 		r.tenant = cfg.File.Tenant.Default
 	}
+	if cfg.Feedback {
+		r.own = ownCredential(cfg.Own, w)
+	}
 	r.priority = cfg.File.Priority.Default
 	r.floor = cfg.DefaultFloor
 	if v := w.hdr[hdrPriority]; v != "" {
@@ -276,6 +282,32 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 		}
 	}
 	return r, nil
+}
+
+// ownCredential reports whether w carried the operator's credential and nothing else: every
+// credential header present must be one of the operator's (by salted hash), and at least one must
+// be. A client's own key has its own budget at the provider, whose answers say nothing of ours; a
+// repeated header arrives joined with a comma and never matches. With credentials.injected, Envoy
+// replaces whatever the client sent, and every request counts as the operator's.
+func ownCredential(o *config.OwnCredentials, w *wireRequest) bool {
+	if o.Injected() {
+		return true
+	}
+	found := false
+	for _, i := range [...]int{hdrAuthorization, hdrXAPIKey, hdrAPIKey} {
+		if !w.has[i] {
+			continue
+		}
+		v := w.hdr[i]
+		if i == hdrAuthorization {
+			v = config.BearerToken(v)
+		}
+		if !o.Own(v) {
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // decode reads data, an encoded CheckRequest, into w for p.

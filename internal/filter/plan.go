@@ -41,6 +41,8 @@ type plan struct {
 	result        bucket.Result
 	// debited is true once the shared store debited the enforced buckets (the reservation).
 	debited bool
+	// own: the request carried the operator's own credential (request.own).
+	own bool
 	// Room for the common plan (one rule of two buckets), so that building it allocates
 	// nothing but the plan itself.
 	bucketsBuf [2]bucket.Spec
@@ -51,7 +53,7 @@ type plan struct {
 // plan finds the rules that apply to r and the buckets they debit.
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
-	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow}
+	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
 	provider := est.Provider.String()
 	pl.enforced.Tag = provider

@@ -59,7 +59,8 @@ func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 		b.Spec.Floor = 0
 		if i < len(pl.owners) {
 			b.Kind = pl.owners[i].kind
-			b.Feedback = b.Kind == kindTokens && pl.owners[i].rule.Feedback
+			// Only the answer to the operator's own credential speaks of the operator's budget.
+			b.Feedback = b.Kind == kindTokens && pl.owners[i].rule.Feedback && pl.own
 			b.Refund = b.Kind == kindTokens && pl.owners[i].rule.Refund
 		}
 	}

@@ -2,6 +2,8 @@ package filter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -22,6 +24,7 @@ func TestMaxConcurrentLease(t *testing.T) {
     max_concurrent: 2
     lease_ttl: 90s
     provider_feedback: true
+credentials: {injected: true}
 `, Options{LeaseID: func() string { n++; return "lease" + strings.Repeat("x", n) }})
 
 	var held []*reservation.Reservation
@@ -64,5 +67,57 @@ func TestMaxConcurrentLease(t *testing.T) {
 	}
 	if d := decision(e.check(t, "chat")); d != decisionAllowed {
 		t.Fatalf("after a release: %q, want allowed", d)
+	}
+}
+
+// Provider feedback is marked in the reservation only for a request that carried the operator's
+// own credential, and nothing else: a client's own key has its own budget at the provider, and
+// its 429s or remaining headers must not correct the shared bucket.
+func TestFeedbackOnlyFromOwnCredential(t *testing.T) {
+	t.Parallel()
+	sum := sha256.Sum256([]byte("peppersk-own"))
+	limits := `rules:
+  - name: mirror
+    match: {provider: openai}
+    tokens: {limit: 100000, period: minute}
+    provider_feedback: true
+credentials: {salt: pepper, sha256: ["` + hex.EncodeToString(sum[:]) + `"]}
+`
+	e := newEnv(t, limits, Options{})
+	for _, tc := range []struct {
+		name string
+		hdrs map[string]string
+		want bool
+	}{
+		{"own_bearer", map[string]string{"authorization": "Bearer sk-own"}, true},
+		{"own_x_api_key", map[string]string{"x-api-key": "sk-own"}, true},
+		{"own_api_key", map[string]string{"api-key": "sk-own"}, true},
+		{"foreign", map[string]string{"authorization": "Bearer sk-foreign"}, false},
+		{"none", nil, false},
+		{"own_and_foreign", map[string]string{"authorization": "Bearer sk-own", "x-api-key": "sk-foreign"}, false},
+		{"repeated_joined", map[string]string{"authorization": "Bearer sk-own,Bearer sk-foreign"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := loadRequest(t, "chat")
+			for k, v := range tc.hdrs {
+				req.Attributes.Request.Http.Headers[k] = v
+			}
+			resp := e.answer(t, context.Background(), req).Response()
+			r, err := reservation.Decode(resp.GetDynamicMetadata().GetFields()[reservation.MetadataKey].GetStringValue())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Buckets[0].Feedback; got != tc.want {
+				t.Errorf("feedback %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// Control: Envoy injects the operator's credential (credentials.injected): every request's
+	// answer is the operator's.
+	inj := newEnv(t, strings.Replace(limits, "credentials: {", "credentials: {injected: true, ", 1), Options{})
+	resp := inj.check(t, "chat")
+	r, err := reservation.Decode(resp.GetDynamicMetadata().GetFields()[reservation.MetadataKey].GetStringValue())
+	if err != nil || !r.Buckets[0].Feedback {
+		t.Errorf("injected: %+v %v, want feedback", r, err)
 	}
 }

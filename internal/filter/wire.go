@@ -44,6 +44,11 @@ const (
 	hdrPartial
 	hdrTenant
 	hdrPriority
+	// The credentials the providers read (OpenAI and Azure's authorization, Anthropic's x-api-key,
+	// Azure's api-key): only hashed, to tell the operator's own from a client's (ownCredential).
+	hdrAuthorization
+	hdrXAPIKey
+	hdrAPIKey
 	hdrCount
 )
 
@@ -136,6 +141,12 @@ func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest
 				i = hdrContentLength
 			case "x-envoy-auth-partial-body":
 				i = hdrPartial
+			case "authorization":
+				i = hdrAuthorization
+			case "x-api-key":
+				i = hdrXAPIKey
+			case "api-key":
+				i = hdrAPIKey
 			}
 			// The configured headers may be any of the above too: each is looked up on its own.
 			if k == tenantHeader && k != "" {

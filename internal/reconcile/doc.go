@@ -12,10 +12,14 @@
 //     Settlement.KeepOnClientError keeps, so that no client can hold a shared budget for free
 //     with requests it knows will be refused; on a 5xx gives it back whole; a rule without
 //     refund keeps its reservation on every error (the provider counted the request on arrival);
-//   - releases the request's in-flight lease (max_concurrent), also when the stream breaks;
+//   - refunds nothing when Envoy answered itself (response.code_details other than via_upstream:
+//     a timeout, a reset), since the provider may have finished and billed the request;
+//   - releases the request's in-flight lease (max_concurrent), also when the stream breaks, and
+//     when it ends before any response (the stream opens with the request headers);
 //   - lowers the rules marked provider_feedback to what the provider's rate-limit headers say is
 //     left (x-ratelimit-*-tokens, anthropic-ratelimit-*), never raising them, and pauses them for
-//     every replica after a provider 429 with retry-after.
+//     every replica after a provider 429 with retry-after; internal/filter marks these buckets only
+//     for a request that carried the operator's own credential.
 //
 // Compressed replies (Content-Encoding gzip, x-gzip, deflate, br, zstd, up to two stacked) are
 // decoded as their chunks arrive, on one goroutine per reply fed through a pipe, within

@@ -18,6 +18,9 @@ type report struct {
 	sse        bool
 	// encoding is the reply's Content-Encoding ("" when none).
 	encoding string
+
+	// local is true when Envoy made the response itself (AttrCodeDetails is not via_upstream).
+	local bool
 }
 
 // readHeaders reads the status, content type and rate-limit headers of a response.

@@ -28,6 +28,8 @@ const (
 	resultNoUsage       result = "no_usage"       // no usage found: the reservation stays
 	resultUpstreamError result = "upstream_error" // the provider failed: everything refunded
 	resultNoReservation result = "no_reservation" // nothing was reserved (unlimited, denied)
+	resultLocalReply    result = "local_reply"    // Envoy answered itself (timeout, reset): nothing refunded
+	resultNoResponse    result = "no_response"    // the stream ended before the response started: nothing refunded
 )
 
 // Provider corrections (metric label values).
@@ -58,7 +60,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		settledTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconciled_responses_total",
-			Help: "Responses settled on the response path, by result (usage, no_usage, upstream_error, no_reservation)."}, []string{"result", "provider"}),
+			Help: "Responses settled on the response path, by result (usage, no_usage, upstream_error, local_reply, no_response, no_reservation)."}, []string{"result", "provider"}),
 		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_usage_ratio",
 			Help:    "Actual tokens reported by the provider over the tokens reserved at admission, per response.",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2}}, []string{"provider", "model"}),

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -27,6 +28,15 @@ type Store interface {
 
 // MetadataNamespace is the dynamic metadata namespace Envoy forwards: ext_authz's.
 const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+// AttrCodeDetails is the Envoy attribute that tells who answered (ext_proc's
+// response_attributes): "via_upstream" for the provider's own response, anything else
+// ("response_timeout", "stream_idle_timeout", "upstream_reset_before_response_started{...}")
+// for a reply Envoy made itself.
+const AttrCodeDetails = "response.code_details"
+
+// detailsViaUpstream is AttrCodeDetails of a response that came from the upstream.
+const detailsViaUpstream = "via_upstream"
 
 // Options configures a Server.
 type Options struct {
@@ -120,11 +130,16 @@ type stream struct {
 	// undecodable is why a compressed reply cannot be read ("" when it can): it keeps its
 	// reservation.
 	undecodable Reason
+	// responded is true once the response headers arrived: a stream that ends before them was
+	// aborted before the response started (the client went away, or Envoy gave up).
+	responded bool
 }
 
 // Process handles one HTTP stream's messages. It answers each message at once (unless Envoy runs
 // in observability mode, where nothing is answered) and settles the reservation when the response
-// ends, or when the stream breaks.
+// ends, or when the stream breaks. The stream may open with the request headers (the shipped
+// envoy.yaml sends them, so that a request aborted before its response still ends a stream and
+// releases its lease) or with the response headers.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{set: s.set.Load()}
 	st.body.limit = s.opts.MaxBody
@@ -171,9 +186,19 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		switch {
 		case req.GetResponseHeaders() != nil:
 			h := req.GetResponseHeaders()
+			st.responded = true
 			st.rep = readHeaders(headerGetter(h.GetHeaders()))
 			st.body.sse = st.rep.sse
+			if d, ok := codeDetails(req.GetAttributes()); ok && d != detailsViaUpstream {
+				st.rep.local = true
+			}
 			switch {
+			case st.rep.local:
+				// Envoy's own reply (a route or idle timeout, a reset, an overflow), not the
+				// provider's: the provider may have received the request, generated and billed
+				// it. Nothing is refunded and its headers say nothing of the provider's budget.
+				s.settle(st, Usage{}, false)
+				continue
 			case st.rep.status >= 400:
 				// The provider refused or failed before generating: nothing was used. The refund
 				// goes first, so that a 429's pause is not undone by it.
@@ -259,6 +284,17 @@ func answer(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 }
 
+// codeDetails finds AttrCodeDetails among the attributes Envoy sent (keyed by the ext_proc
+// filter's name); ok is false when Envoy was not configured to send it.
+func codeDetails(attrs map[string]*structpb.Struct) (string, bool) {
+	for _, s := range attrs {
+		if v, ok := s.GetFields()[AttrCodeDetails]; ok {
+			return v.GetStringValue(), true
+		}
+	}
+	return "", false
+}
+
 // reservationOf decodes the reservation from the forwarded ext_authz metadata (nil when absent:
 // an unlimited, denied or shadow-only request).
 func reservationOf(md *corev3.Metadata) (*reservation.Reservation, error) {
@@ -306,10 +342,14 @@ func (s *Server) settle(st *stream, u Usage, found bool) {
 		return
 	}
 	status := st.rep.status
-	failed := status >= 400
+	failed := status >= 400 && !st.rep.local
 	clientError := failed && status < 500
 	result := resultNoUsage
 	switch {
+	case !st.responded:
+		result = resultNoResponse
+	case st.rep.local:
+		result = resultLocalReply
 	case failed:
 		result = resultUpstreamError
 	case found:

@@ -390,3 +390,98 @@ func TestFailedSettlementStillReleasesTheLease(t *testing.T) {
 		t.Errorf("calls = %+v, want the full adjustment then the lease alone", f.calls)
 	}
 }
+
+func requestHeaders() *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "x-request-id", RawValue: []byte("r1")}}}}}}
+}
+
+// answered is response headers with Envoy's response.code_details attribute, as the shipped
+// envoy.yaml's response_attributes send it.
+func answered(details string, kv ...string) *extprocv3.ProcessingRequest {
+	m := headers(kv...)
+	m.Attributes = map[string]*structpb.Struct{"envoy.filters.http.ext_proc": {Fields: map[string]*structpb.Value{
+		AttrCodeDetails: structpb.NewStringValue(details)}}}
+	return m
+}
+
+// Who answered decides: a provider's 5xx gives the tokens back (the request stays counted); Envoy's own reply (a route or idle
+// timeout, a reset) is not, since the provider may have finished and billed the request; a stream
+// that ends before any response (the client aborted) refunds nothing either. Every case releases
+// the lease, and a local reply's headers never pause a feedback bucket.
+func TestWhoAnswered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		msgs        []*extprocv3.ProcessingRequest
+		tokens, rpm int64
+		result      result
+	}{
+		{"provider_error_refunded", []*extprocv3.ProcessingRequest{requestHeaders(),
+			answered("via_upstream", ":status", "504"), body(`{"error":{}}`, true)}, 10000, 99, resultUpstreamError},
+		{"route_timeout_kept", []*extprocv3.ProcessingRequest{requestHeaders(),
+			answered("response_timeout", ":status", "504"), body(`upstream request timeout`, true)}, 9000, 99, resultLocalReply},
+		{"stream_idle_timeout_kept", []*extprocv3.ProcessingRequest{requestHeaders(),
+			answered("stream_idle_timeout", ":status", "408"), body(`stream timeout`, true)}, 9000, 99, resultLocalReply},
+		{"reset_kept", []*extprocv3.ProcessingRequest{requestHeaders(),
+			answered("upstream_reset_before_response_started{remote_reset}", ":status", "503")}, 9000, 99, resultLocalReply},
+		{"local_429_does_not_pause", []*extprocv3.ProcessingRequest{requestHeaders(),
+			answered("some_local_limit", ":status", "429", "retry-after", "30", "x-ratelimit-remaining-tokens", "0"), body(`{}`, true)}, 9000, 99, resultLocalReply},
+		{"aborted_before_the_response", []*extprocv3.ProcessingRequest{requestHeaders()}, 9000, 99, resultNoResponse},
+		// An Envoy that sends no attribute: the status alone decides, as the provider's.
+		{"no_attribute_provider_error", []*extprocv3.ProcessingRequest{headers(":status", "504"), body(`{}`, true)}, 10000, 99, resultUpstreamError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := NewMetrics(prometheus.NewRegistry())
+			e := newEnvWith(t, nil, func(o *Options) { o.Metrics = m })
+			r := e.reserve(t, true)
+			e.run(t, r, true, tc.msgs...)
+			if got := e.remaining(t, tpm); got != tc.tokens {
+				t.Errorf("tokens remaining %d, want %d", got, tc.tokens)
+			}
+			if got := e.remaining(t, rpm); got != tc.rpm {
+				t.Errorf("requests remaining %d, want %d", got, tc.rpm)
+			}
+			if got := e.remaining(t, live); got != 1 {
+				t.Errorf("in-flight slots %d, want 1: the lease was not released", got)
+			}
+			var c dto.Metric
+			if err := m.settledTotal.WithLabelValues(string(tc.result), "openai").Write(&c); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.GetCounter().GetValue(); got != 1 {
+				t.Errorf("settled{result=%q} = %v, want 1", tc.result, got)
+			}
+		})
+	}
+}
+
+// A client that aborts before the provider's first byte cancels Envoy's stream: the lease is
+// released then, not after lease_ttl.
+func TestAbortBeforeTheResponseReleasesTheLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.reserve(t, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := e.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := requestHeaders()
+	m.MetadataContext, m.ObservabilityMode = metadata(r), true
+	if err := st.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.remaining(t, live) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease was not released after the stream was cancelled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := e.remaining(t, tpm); got != 9000 {
+		t.Errorf("tokens remaining %d, want 9000: an abort refunds nothing", got)
+	}
+}
