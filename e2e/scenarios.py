@@ -461,11 +461,14 @@ def edges(workdir: Path) -> dict:
         out["models"] = {"status": r.status_code, "decision": e.get("decision"), "ratelimit": e.get("ratelimit"),
                          "limit_header": r.headers.get("x-ratelimit-limit-tokens")}
 
-        # A body over max_request_bytes (1 MiB): Envoy sends the first MiB, the limiter prices the
-        # rest from content-length.
-        big = (text + "\n") * (1_600_000 // (len(text.encode()) + 1) + 1)
-        r = oa.chat.completions.with_raw_response.create(model=OPENAI_MODEL, max_tokens=16,
-                                                         messages=[{"role": "user", "content": big}])
+        # A body over max_request_bytes (1 MiB): Envoy sends the first MiB, the limiter prices it at
+        # its upper bound (one token per byte of content-length, at most the model's context
+        # window). Prose and an image, so that the provider's count stays within the window.
+        words = (text + "\n") * (400_000 // (len(text.encode()) + 1) + 1)
+        image = "data:image/png;base64," + "A" * 1_200_000
+        r = oa.chat.completions.with_raw_response.create(model=OPENAI_MODEL, max_tokens=16, messages=[
+            {"role": "user", "content": [{"type": "text", "text": words},
+                                         {"type": "image_url", "image_url": {"url": image}}]}])
         e = find(lambda x: (x.get("request_bytes") or 0) > 1_048_576)
         rec = records_by_id().get(e.get("request_id"), {})
         out["partial_body"] = {"status": r.status_code, "request_bytes": e.get("request_bytes"),

@@ -216,12 +216,12 @@ def test_edge_read_only_route_is_not_priced():
     assert m["status"] == 200 and m["decision"] is None and m["ratelimit"] is None, m
 
 
-def test_edge_body_over_max_request_bytes_priced_from_content_length():
+def test_edge_body_over_max_request_bytes_priced_at_its_bound():
     p = result("edges")["partial_body"]
     assert p["status"] == 200 and p["request_bytes"] > 1_048_576, p
-    assert p["decision"] == "allowed" and p["exact"] is False and p["estimate_reason"], p
-    # Scaled from the first MiB to the whole body: close to the provider's exact count.
-    assert 0.9 * p["provider_prompt_tokens"] <= p["limiter_prompt_tokens"] <= 1.5 * p["provider_prompt_tokens"], p
+    assert p["decision"] == "allowed" and p["exact"] is False and p["estimate_reason"] == "partial_body", p
+    # Priced at the upper bound, the model's context window: never below the provider's count.
+    assert p["provider_prompt_tokens"] <= p["limiter_prompt_tokens"] == 128_000, p
 
 
 def test_edge_non_utf8_body():

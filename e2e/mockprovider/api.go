@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -52,6 +53,25 @@ type Server struct {
 	Now      func() time.Time
 
 	seq atomic.Int64
+	// stored holds each Responses answer's context (its input and output tokens) by id: a
+	// request that continues it with previous_response_id is billed for those turns as input.
+	stored sync.Map
+}
+
+// contextWindow is the most input tokens a model accepts (the providers' model pages); 0 when
+// the mock does not know the model. Above it, the providers answer 400.
+func contextWindow(model string) int64 {
+	switch {
+	case strings.HasPrefix(model, "gpt-4o"):
+		return 128_000
+	case strings.HasPrefix(model, "gpt-4.1"):
+		return 1_047_576
+	case strings.HasPrefix(model, "claude-haiku-4-5"), strings.HasPrefix(model, "claude-3"):
+		return 200_000
+	case strings.HasPrefix(model, "claude-"):
+		return 1_000_000
+	}
+	return 0
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
@@ -182,6 +202,20 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	var p *Price
 	if err == nil {
 		p, err = s.Pricer.PriceOn(r.Host, r.URL.Path, body)
+	}
+	if err == nil && p.PreviousResponseID != "" {
+		// The earlier turns are input of this one (OpenAI bills them as input tokens).
+		if v, ok := s.stored.Load(p.PreviousResponseID); ok {
+			p.Prompt += v.(int64)
+		} else {
+			err = fmt.Errorf("Previous response with id '%s' not found.", p.PreviousResponseID)
+		}
+	}
+	if err == nil {
+		if ctx := contextWindow(p.Model); ctx > 0 && p.Prompt > ctx {
+			err = fmt.Errorf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", ctx, p.Prompt)
+			rec.Prompt = p.Prompt
+		}
 	}
 	now := arrived
 	rec.T = unix(now)
@@ -429,6 +463,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, p *Price, id 
 	}
 	out := []any{map[string]any{"type": "message", "id": mid, "status": "completed", "role": "assistant",
 		"content": []any{map[string]any{"type": "output_text", "text": words(n), "annotations": []any{}}}}}
+	s.stored.Store(rid, p.Prompt+n)
 	usage := map[string]any{"input_tokens": p.Prompt, "output_tokens": n, "total_tokens": p.Prompt + n,
 		"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}
 	if !p.Stream {

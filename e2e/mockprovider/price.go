@@ -33,6 +33,8 @@ type Price struct {
 	Inputs int
 	// EncodingFormat is the embeddings' encoding_format (float or base64).
 	EncodingFormat string
+	// PreviousResponseID is the Responses turn this request continues ("" when none).
+	PreviousResponseID string
 }
 
 // Cost is the total the request takes from the token budget.
@@ -164,7 +166,8 @@ type request struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	EncodingFormat string `json:"encoding_format"`
+	EncodingFormat     string `json:"encoding_format"`
+	PreviousResponseID string `json:"previous_response_id"`
 }
 
 // APIOf maps a request path to the provider and API it calls ("" when not a priced endpoint).
@@ -212,6 +215,11 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 	if api == "" {
 		return nil, fmt.Errorf("price: %s is not a priced endpoint", path)
 	}
+	// Read as the providers' Python services read it (pyjson.go).
+	body, err := pythonJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("price: body: %w", err)
+	}
 	var r request
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("price: body: %w", err)
@@ -219,7 +227,8 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 	if r.Model == "" {
 		return nil, fmt.Errorf("price: body names no model")
 	}
-	pr := &Price{Provider: provider, API: api, Model: r.Model, Stream: r.Stream, N: 1, EncodingFormat: r.EncodingFormat}
+	pr := &Price{Provider: provider, API: api, Model: r.Model, Stream: r.Stream, N: 1, EncodingFormat: r.EncodingFormat,
+		PreviousResponseID: r.PreviousResponseID}
 	if r.StreamOptions != nil {
 		pr.IncludeUsage = r.StreamOptions.IncludeUsage
 	}

@@ -138,6 +138,20 @@ func (f *File) compile() (*Config, error) {
 			bad(fmt.Sprintf("pricing.output_tokens[%d].tokens", i), "%d is out of range", m.Tokens)
 		}
 	}
+	if f.Pricing.MaxRequestBytes <= 0 || f.Pricing.MaxRequestBytes > 1<<30 {
+		bad("pricing.max_request_bytes", "%d is not in (0, 1 GiB]", f.Pricing.MaxRequestBytes)
+	}
+	switch f.Pricing.Unreadable.Policy {
+	case "bound", "refuse":
+	default:
+		bad("pricing.unreadable.policy", "%q is not bound or refuse", f.Pricing.Unreadable.Policy)
+	}
+	if f.Pricing.Unreadable.OutputTokens < 0 || f.Pricing.Unreadable.OutputTokens > maxLimit {
+		bad("pricing.unreadable.output_tokens", "%d is out of range", f.Pricing.Unreadable.OutputTokens)
+	}
+	if f.Pricing.UnseenContextTokens < 0 || f.Pricing.UnseenContextTokens > maxLimit {
+		bad("pricing.unseen_context_tokens", "%d is out of range", f.Pricing.UnseenContextTokens)
+	}
 	switch f.Pricing.FallbackEncoding {
 	case "o200k_base", "cl100k_base":
 	default:

@@ -78,6 +78,24 @@ type Pricing struct {
 	FallbackEncoding string `yaml:"fallback_encoding"`
 	// AzureDeployments maps an Azure OpenAI deployment name to its model.
 	AzureDeployments map[string]string `yaml:"azure_deployments"`
+	// MaxRequestBytes is Envoy's with_request_body.max_request_bytes: a body of this size that
+	// came without a content-length may be cut, and is priced at its upper bound. Default
+	// 1048576, the shipped envoy.yaml's.
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// Unreadable is the policy for bodies that cannot be read in full.
+	Unreadable Unreadable `yaml:"unreadable"`
+	// UnseenContextTokens bounds the input a request brings without showing it (stored
+	// conversations, files, URLs, MCP servers); 0: the model's context window.
+	UnseenContextTokens int64 `yaml:"unseen_context_tokens"`
+}
+
+// Unreadable is the pricing policy for a body that cannot be read in full.
+type Unreadable struct {
+	// Policy is bound (priced at its upper bound, the default) or refuse (413).
+	Policy string `yaml:"policy"`
+	// OutputTokens is the output reserved when its model is not in the pricer's table and no
+	// max_tokens can be trusted; 0: the provider's largest maximum output.
+	OutputTokens int64 `yaml:"output_tokens"`
 }
 
 // ModelTokens is a default output reservation for the models matching a glob.
@@ -236,8 +254,9 @@ func Defaults() File {
 	return File{
 		Tenant:   Tenant{Source: "none", Default: "default"},
 		Priority: Priority{Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
-		Pricing:  Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base"},
-		Failure:  Failure{Mode: "deny", Replicas: 1},
+		Pricing: Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base", MaxRequestBytes: 1 << 20,
+			Unreadable: Unreadable{Policy: "bound"}},
+		Failure: Failure{Mode: "deny", Replicas: 1},
 		Settlement: Settlement{KeepOnClientError: 0.25, UsageFactor: 8, MaxUsageTokens: 2_000_000,
 			Decode: []string{"gzip", "deflate", "br", "zstd"}},
 		MaxHeld: 1024,

@@ -245,6 +245,7 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	} else if w.size > 0 {
 		r.in.ContentLength = w.size
 	}
+	r.in.NoContentLength = !w.has[hdrContentLength]
 	r.in.Partial = w.hdr[hdrPartial] == "true"
 
 	cfg := p.Config

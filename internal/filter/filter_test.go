@@ -174,7 +174,7 @@ func TestCheckGolden(t *testing.T) {
 		{"route_limit", nil, "route_limit", decisionAllowed},
 		{"route_limit_denied", []string{"route_limit"}, "route_limit", decisionDenied},
 		{"route_bad", nil, "route_bad", decisionBadRoute},
-		{"not_json", nil, "not_json", decisionAllowed},
+		{"not_json", nil, "not_json", decisionTooLarge}, // UTF-16 garbage: the upper bound
 		{"models", nil, "models", decisionUnlimited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
@@ -45,6 +47,17 @@ func chat(body string, headers map[string]string) func() *authv3.CheckRequest {
 	return func() *authv3.CheckRequest { return hostileRequest("/v1/chat/completions", []byte(body), headers) }
 }
 
+func withLength(n int) map[string]string { return map[string]string{"content-length": strconv.Itoa(n)} }
+
+// utf16Body is s in UTF-16LE with a byte order mark.
+func utf16Body(s string) []byte {
+	b := []byte{0xFF, 0xFE}
+	for _, u := range utf16.Encode([]rune(s)) {
+		b = append(b, byte(u), byte(u>>8))
+	}
+	return b
+}
+
 func gzipOf(b []byte) []byte {
 	var buf bytes.Buffer
 	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
@@ -67,21 +80,22 @@ func hostileCases() []hostileCase {
 		manyHeaders[fmt.Sprintf("x-h-%d", i)] = "v"
 	}
 	return []hostileCase{
-		// Broken JSON is priced by its size (bytes / 4 as prompt tokens, plus the default output)
-		// and counted: a client cannot escape its limit by sending garbage.
+		// Broken JSON is priced at the upper bound (a token per byte, the model's maximum
+		// output: more than this bucket holds) and counted: a client cannot escape its limit by
+		// sending garbage.
 		{name: "malformed-json", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hel`, nil),
-			decision: decisionAllowed, reason: "not_json", cost: -1, seed: true},
+			decision: decisionTooLarge, reason: "not_json", cost: -1, seed: true},
 		{name: "wrong-types", req: chat(`{"model":5,"messages":"hello","max_tokens":"many","n":[1]}`, nil),
 			decision: decisionAllowed, reason: "wrong_type", cost: -1, seed: true},
 		// 1 MiB of prompt costs more than the 1000-token bucket can ever hold: 413. One letter
 		// repeated is counted exactly (its periodic rule); an uncuttable run of two letters
 		// past 256 KiB is counted in chunks.
-		{name: "one-mib-string", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+mib+`"}]}`, nil),
+		{name: "one-mib-string", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+mib+`"}]}`, withLength(len(mib)+54)),
 			decision: decisionTooLarge, reason: "", cost: -1},
-		{name: "one-mib-two-letters", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+strings.Repeat("ab", 1<<19)+`"}]}`, nil),
+		{name: "one-mib-two-letters", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+strings.Repeat("ab", 1<<19)+`"}]}`, withLength(len(mib)+54)),
 			decision: decisionTooLarge, reason: "long_run", cost: -1},
-		// Deeper than the pricer's nesting cap is not JSON to it: priced by size, here too
-		// large for the bucket.
+		// Deeper than the pricer's nesting cap (10,000, above Python's) is not JSON to it:
+		// priced at the upper bound, here too large for the bucket.
 		{name: "nested-100k", req: chat(`{"model":"gpt-4o","messages":[{"role":"user","content":`+nested+`}]}`, nil),
 			decision: decisionTooLarge, reason: "not_json", cost: -1},
 		{name: "invalid-utf8", req: chat("{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\xc3\"}],\"max_tokens\":5}", nil),
@@ -116,7 +130,19 @@ func hostileCases() []hostileCase {
 			decision: decisionAllowed, cost: 13, seed: true},
 		{name: "tenant-megabytes", req: chat(fmt.Sprintf(ok, "5"), map[string]string{"x-tenant-id": "team-" + mib}),
 			decision: decisionAllowed, cost: 13},
-		{name: "empty-body", req: chat("", nil), decision: decisionAllowed, reason: "not_json", cost: -1, seed: true},
+		{name: "empty-body", req: chat("", nil), decision: decisionTooLarge, reason: "not_json", cost: -1, seed: true},
+		// What the providers' parsers accept is read, its max_tokens reserved (8 + 900).
+		{name: "utf8-bom", req: chat("\xEF\xBB\xBF"+fmt.Sprintf(ok, "900"), nil), decision: decisionAllowed, cost: 908},
+		{name: "utf16-nan", req: chat(string(utf16Body(strings.Replace(fmt.Sprintf(ok, "900"), `"max_tokens"`, `"temperature":NaN,"max_tokens"`, 1))), nil),
+			decision: decisionAllowed, cost: 908},
+		// A body of exactly Envoy's max_request_bytes without content-length may be cut: priced
+		// at the upper bound (the context window), never from its prefix.
+		{name: "one-mib-no-length", req: chat(`{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"`+mib, nil),
+			decision: decisionTooLarge, reason: "partial_body", cost: -1},
+		// Context the body does not show is reserved at the context window.
+		{name: "previous-response", req: func() *authv3.CheckRequest {
+			return hostileRequest("/v1/responses", []byte(`{"model":"gpt-4o","previous_response_id":"resp_1","input":"Hi","max_output_tokens":5}`), nil)
+		}, decision: decisionTooLarge, reason: "previous_response", cost: -1},
 	}
 }
 

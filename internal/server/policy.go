@@ -16,6 +16,11 @@ func NewPolicy(c *config.Config) (*filter.Policy, error) {
 		DefaultOutputTokens: p.DefaultOutputTokens,
 		FallbackEncoding:    p.FallbackEncoding,
 		AzureDeployments:    p.AzureDeployments,
+		RequestBufferBytes:  p.MaxRequestBytes,
+		// The config's defaults are the tokens package's: 0 means the table's maxima.
+		UnreadableOutputTokens: p.Unreadable.OutputTokens,
+		RefuseUnreadable:       p.Unreadable.Policy == "refuse",
+		UnseenContextTokens:    p.UnseenContextTokens,
 	}
 	for _, m := range p.OutputTokens {
 		opts.OutputRules = append(opts.OutputRules, tokens.OutputRule{Model: m.Model, Tokens: m.Tokens})

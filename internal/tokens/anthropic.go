@@ -48,12 +48,33 @@ func (s *pricing) anthropic(root int) {
 				blocks(s.d.get(b, "content")) // a string or blocks; nesting is bounded by the parser
 			case s.d.textIs(typ, "tool_use"):
 				text += s.countText(s.d.get(b, "name")) + s.countRaw(s.d.get(b, "input"))
-			default: // document, redacted_thinking, search results, ...
+			case s.d.textIs(typ, "document"):
+				// A PDF is read as each page's text and image (docs.anthropic.com/en/docs/
+				// build-with-claude/pdf-support), which its bytes do not tell; a URL or a
+				// file id is fetched by Anthropic. Plain-text documents are counted.
+				switch src := s.d.get(b, "source"); {
+				case s.d.textIs(s.d.get(src, "type"), "url"):
+					s.unseen(ReasonDocumentURL)
+				case s.d.textIs(s.d.get(src, "type"), "file"),
+					s.d.textIs(s.d.get(src, "media_type"), "application/pdf"):
+					s.unseen(ReasonFileInput)
+				}
+				s.approx(ReasonUnpricedPart)
+				text += s.countRaw(b)
+			case s.d.textIs(typ, "container_upload"):
+				s.unseen(ReasonContainerUpload) // a file uploaded into the code execution container
+				text += s.countRaw(b)
+			default: // redacted_thinking, search results, ...
 				s.approx(ReasonUnpricedPart)
 				text += s.countRaw(b)
 			}
 			return true
 		})
+	}
+	// Remote MCP servers (docs.anthropic.com/en/docs/agents-and-tools/mcp-connector): their
+	// tool definitions and results enter the context without appearing in the body.
+	if v := s.d.get(root, "mcp_servers"); s.d.kind(v) == jArray && s.d.nodes[v].next != int32(v+1) {
+		s.unseen(ReasonMCPServers)
 	}
 	s.resent = true // the system prompt comes with every request
 	blocks(s.d.get(root, "system"))

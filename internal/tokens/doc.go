@@ -65,7 +65,7 @@
 //     high: 138-140 tokens where the cookbook's example costs 101-105.
 //   - Responses API: the chat rule applied to instructions and input items; function calls,
 //     outputs and reasoning items count as JSON text. A previous_response_id brings turns the
-//     body does not show, which cannot be priced.
+//     body does not show: reserved at the unseen-context bound (bound.go).
 //   - Anthropic: no public tokenizer exists for Claude 3 and later (the one in older SDKs is
 //     Claude 2's, and Anthropic says it is not accurate for newer models). The estimate is
 //     ceil(factor * (cl100k_base tokens of all text, tool inputs and tool definitions as
@@ -98,11 +98,19 @@
 // below Estimate and costs a parse; ReasonDeadline marks it. The filter answers with it when an
 // exact count would not fit the check's time.
 //
-// Bodies that cannot be priced field by field are never an error: non-JSON (or nesting deeper
-// than 128), invalid UTF-8, wrong types, gzip/deflate (decoded up to MaxDecodedBytes, then
-// scaled), other encodings (one token per compressed byte), partial bodies (the prefix scaled
-// by content-length) and bodies over MaxBodyBytes (4 MiB: the first 4 MiB scaled) all get a
-// price marked approximate. A run of over 256 KiB in which no token boundary can be proven
+// Bodies are read as the providers' Python services read them (json.loads): a UTF-8 BOM,
+// UTF-16 and UTF-32 (charset.go), NaN and Infinity, nesting up to 10,000 levels. A body that
+// still cannot be read in full is never an error and never priced at the default: non-JSON,
+// partial bodies (shorter than content-length, marked partial by Envoy, or of
+// Options.RequestBufferBytes without content-length), bodies over MaxBodyBytes, gzip/deflate
+// that does not decode within MaxDecodedBytes and other encodings are priced at an upper bound
+// (bound.go): one token per byte of the declared size, at most the model's context window, and
+// the top-level max_tokens found by a linear scan, else the model's maximum output
+// (limits.go, with sources). A body with a bogus content-encoding that is plain JSON is priced
+// as that. Input a request refers to but does not hold (previous_response_id, conversation,
+// stored prompts, files, document URLs, MCP servers) raises the prompt to the model's context
+// window or by Options.UnseenContextTokens. Invalid UTF-8 and wrong types are priced field by
+// field and marked approximate. A run of over 256 KiB in which no token boundary can be proven
 // (one character repeated) is counted in 256 KiB chunks (ReasonLongRun), which bounds the
 // merge scratch of one Estimate to about 10 MiB.
 //

@@ -11,8 +11,14 @@ import (
 // A minimal JSON reader for pricing: one pass over the body builds a flat "tape" of nodes
 // (no strings are copied or decoded), then the pricing code walks the tape and decodes only the
 // strings it counts. The tape is pooled, so a parse allocates nothing in the steady state.
-// It validates syntax (a body the provider would reject is priced approximately) and bounds
-// nesting depth, so hostile bodies cost linear time and no stack.
+// It validates syntax and bounds nesting depth, so hostile bodies cost linear time and bounded
+// stack. It accepts at least what the providers' parsers accept, since a body the provider reads
+// but the pricer cannot is priced at an upper bound (unreadable.go), not field by field: the
+// OpenAI and Anthropic APIs are served from Python, whose json.loads (docs.python.org/3/library/
+// json.html) takes NaN, Infinity and -Infinity as numbers, bytes in UTF-8 (with or without a BOM),
+// UTF-16 or UTF-32 (json.detect_encoding), duplicate keys with the last one winning, and nesting
+// up to the interpreter's recursion limit (1000 frames by default). Keys are compared
+// case-sensitively, as Python's dicts do.
 
 type jkind uint8
 
@@ -40,8 +46,10 @@ type doc struct {
 	nodes []jnode
 }
 
-// maxDepth bounds JSON nesting; request bodies of the priced APIs nest well under 32.
-const maxDepth = 128
+// maxDepth bounds JSON nesting: above Python's default recursion limit (1000), so that a
+// deep tool schema the provider accepts is read here too, and as deep as Go's encoding/json.
+// The parser recurses once per level: 10,000 levels are about 2 MiB of goroutine stack.
+const maxDepth = 10_000
 
 var (
 	errSyntax = errors.New("invalid JSON")
@@ -157,7 +165,14 @@ func (p *parser) value(i, depth int) (int, error) {
 		return p.lit(i, "false", jBool)
 	case 'n':
 		return p.lit(i, "null", jNull)
+	case 'N':
+		return p.lit(i, "NaN", jNumber) // Python's json.loads accepts it (parse_constant)
+	case 'I':
+		return p.lit(i, "Infinity", jNumber)
 	default:
+		if c == '-' && i+1 < len(p.src) && p.src[i+1] == 'I' {
+			return p.lit(i, "-Infinity", jNumber)
+		}
 		if c == '-' || (c >= '0' && c <= '9') {
 			j := i + 1
 			for j < len(p.src) {
@@ -428,7 +443,15 @@ func (d *doc) int(i int) (int64, bool) {
 	if i < 0 || d.nodes[i].kind != jNumber {
 		return 0, false
 	}
-	s := d.raw(i)
+	return parseInt(d.raw(i))
+}
+
+// parseInt reads the JSON number s as doc.int does: ok only for an integral value, clamped to
+// [0, 1<<40].
+func parseInt(s []byte) (int64, bool) {
+	if len(s) == 0 {
+		return 0, false
+	}
 	neg := false
 	if len(s) > 0 && s[0] == '-' {
 		neg, s = true, s[1:]

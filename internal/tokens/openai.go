@@ -107,6 +107,11 @@ func (s *pricing) parts(arr int) int64 {
 			total += s.openAIImage(url, detail)
 		case s.d.textIs(typ, "input_image"):
 			total += s.openAIImage(s.d.get(part, "image_url"), s.d.get(part, "detail"))
+		case s.d.textIs(typ, "file"), s.d.textIs(typ, "input_file"):
+			// A file by id or URL, or a PDF inline: the provider reads its pages' text and
+			// images, which these bytes do not tell (platform.openai.com/docs/guides/pdf-files).
+			s.unseen(ReasonFileInput)
+			total += s.countRaw(part)
 		default:
 			s.approx(ReasonUnpricedPart)
 			total += s.countRaw(part)
@@ -216,6 +221,27 @@ func (s *pricing) inputs(v int) (prompts, total int64) {
 // previous_response_id brings earlier turns the body does not show.
 func (s *pricing) responses(root int) {
 	s.approx(ReasonResponses)
+	// Input the body refers to but does not hold (platform.openai.com/docs/api-reference/
+	// responses/create): the turns of a previous response or a stored conversation, a stored
+	// prompt template, and items by reference.
+	if v := s.d.get(root, "previous_response_id"); s.d.kind(v) == jString && s.d.nodes[v].end > s.d.nodes[v].start {
+		s.unseen(ReasonPreviousResponse)
+	}
+	if v := s.d.get(root, "conversation"); v >= 0 && s.d.kind(v) != jNull {
+		s.unseen(ReasonConversation)
+	}
+	if v := s.d.get(root, "prompt"); s.d.kind(v) == jObject {
+		s.unseen(ReasonStoredPrompt)
+	}
+	s.d.elems(s.d.get(root, "tools"), func(t int) bool {
+		switch typ := s.d.get(t, "type"); {
+		case s.d.textIs(typ, "mcp"):
+			s.unseen(ReasonMCPServers) // the server's tool list is imported into the context
+		case s.d.textIs(typ, "file_search"):
+			s.unseen(ReasonFileInput) // retrieved chunks of stored files
+		}
+		return true
+	})
 	var total int64
 	if ins := s.d.get(root, "instructions"); s.d.kind(ins) == jString {
 		s.resent = true
@@ -244,6 +270,9 @@ func (s *pricing) responses(root int) {
 					total += s.countText(c)
 				}
 				return true
+			}
+			if s.d.textIs(s.d.get(item, "type"), "item_reference") {
+				s.unseen(ReasonItemReference)
 			}
 			// function_call, function_call_output, reasoning and other items.
 			s.approx(ReasonTools)

@@ -76,6 +76,26 @@ type Options struct {
 	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown. Default
 	// 1600, the most Anthropic's published formula gives (1.15 megapixels / 750).
 	AnthropicImageTokens int64
+	// RequestBufferBytes is Envoy's with_request_body.max_request_bytes (1 MiB in the shipped
+	// envoy.yaml): a body of this size or more that came without a content-length may be the
+	// first part only (Envoy reports it complete), and is priced at the upper bound. Default
+	// 1 MiB.
+	RequestBufferBytes int64
+	// ModelLimits are the per-model context windows and maximum outputs the upper bounds use
+	// (bound.go); first match wins. Nil means DefaultModelLimits.
+	ModelLimits []ModelLimits
+	// UnreadableOutputTokens is the output reserved for a body that cannot be read in full
+	// whose model ModelLimits does not know, when it names no max_tokens that can be trusted.
+	// 0 means the provider's largest maximum output (128,000).
+	UnreadableOutputTokens int64
+	// RefuseUnreadable prices every body that cannot be read in full above any bucket, so that
+	// it is refused (413) instead of admitted at its upper bound.
+	RefuseUnreadable bool
+	// UnseenContextTokens bounds the input a request brings that its body does not show
+	// (previous_response_id, conversation, stored prompts, file ids, document URLs, MCP
+	// servers): it is added to the visible prompt, up to the context window. 0 means the
+	// model's context window.
+	UnseenContextTokens int64
 	// CountCache is the number of entries (8 bytes each, rounded up to a power of two, at most
 	// 2^24) of the cache of counts of the texts clients resend: system prompts, tool
 	// definitions and every message of a conversation but the last. 0 means
@@ -85,13 +105,15 @@ type Options struct {
 
 // Defaults New applies to zero Options fields.
 const (
-	DefaultOutputTokens  = 4096
-	DefaultMaxBodyBytes  = 4 << 20
-	DefaultAnthropic     = 2.0
-	DefaultAnthropicImg  = 1600
-	DefaultCountCache    = 1 << 16
-	completionsMaxTokens = 16 // the /v1/completions API's own default max_tokens
-	maxN                 = 128
+	DefaultOutputTokens = 4096
+	DefaultMaxBodyBytes = 4 << 20
+	DefaultAnthropic    = 2.0
+	DefaultAnthropicImg = 1600
+	DefaultCountCache   = 1 << 16
+	// DefaultRequestBufferBytes is the max_request_bytes of the shipped envoy.yaml.
+	DefaultRequestBufferBytes = 1 << 20
+	completionsMaxTokens      = 16 // the /v1/completions API's own default max_tokens
+	maxN                      = 128
 )
 
 // Pricer prices requests. It is immutable after New and safe for concurrent use.
@@ -112,6 +134,7 @@ type work struct {
 	buf     []byte // unescaped strings
 	decoded []byte // decompressed body
 	img     []byte // decoded image headers
+	text    []byte // a UTF-16 or UTF-32 body as UTF-8
 	gz      *gzip.Reader
 }
 
@@ -139,6 +162,29 @@ func New(opts Options) (*Pricer, error) {
 	}
 	if opts.CountCache == 0 {
 		opts.CountCache = DefaultCountCache
+	}
+	if opts.RequestBufferBytes == 0 {
+		opts.RequestBufferBytes = DefaultRequestBufferBytes
+	}
+	if opts.ModelLimits == nil {
+		opts.ModelLimits = DefaultModelLimits()
+	}
+	for i, l := range opts.ModelLimits {
+		if _, err := path.Match(l.Model, ""); err != nil {
+			errs = append(errs, fmt.Errorf("tokens: ModelLimits[%d]: model glob %q: %w", i, l.Model, err))
+		}
+		if l.Context <= 0 || l.Output < 0 || l.Context > 1<<40 || l.Output > 1<<40 {
+			errs = append(errs, fmt.Errorf("tokens: ModelLimits[%d]: context %d, output %d out of range", i, l.Context, l.Output))
+		}
+	}
+	if opts.RequestBufferBytes < 0 || opts.RequestBufferBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("tokens: RequestBufferBytes %d out of range (0, 1 GiB]", opts.RequestBufferBytes))
+	}
+	if opts.UnreadableOutputTokens < 0 || opts.UnreadableOutputTokens > 1<<40 {
+		errs = append(errs, fmt.Errorf("tokens: UnreadableOutputTokens %d out of range", opts.UnreadableOutputTokens))
+	}
+	if opts.UnseenContextTokens < 0 || opts.UnseenContextTokens > 1<<40 {
+		errs = append(errs, fmt.Errorf("tokens: UnseenContextTokens %d out of range", opts.UnseenContextTokens))
 	}
 	if opts.CountCache > 1<<24 {
 		errs = append(errs, fmt.Errorf("tokens: CountCache %d entries is over 2^24", opts.CountCache))
@@ -209,8 +255,8 @@ func New(opts Options) (*Pricer, error) {
 // by MaxBodyBytes and MaxDecodedBytes), does not retain in, and is safe for concurrent use.
 func (p *Pricer) Estimate(in *Input) (est Estimate) { return p.estimate(in, false) }
 
-// estimate is Estimate, or Bound when bound is set.
-func (p *Pricer) estimate(in *Input, bound bool) (est Estimate) {
+// estimate is Estimate, or Bound when noCount is set.
+func (p *Pricer) estimate(in *Input, noCount bool) (est Estimate) {
 	if in == nil {
 		return Estimate{Reason: ReasonNotJSON}
 	}
@@ -220,7 +266,7 @@ func (p *Pricer) estimate(in *Input, bound bool) (est Estimate) {
 			// A bug, not an input problem: price the raw body rather than fail the request.
 			body := in.Body[:min(len(in.Body), int(p.opts.MaxBodyBytes))]
 			n := int64(len(body))
-			if !bound {
+			if !noCount {
 				n = int64(p.fallback.Count(body))
 			}
 			est = Estimate{Provider: est.Provider, API: est.API, Reason: ReasonInternal, PromptTokens: n}
@@ -228,8 +274,8 @@ func (p *Pricer) estimate(in *Input, bound bool) (est Estimate) {
 		}
 		p.work.Put(w)
 	}()
-	s := pricing{p: p, w: w, bound: bound}
-	if bound {
+	s := pricing{p: p, w: w, noCount: noCount}
+	if noCount {
 		s.est.Reason = ReasonDeadline
 	}
 	s.est.Provider, s.est.API, s.deployment = recognize(in.Host, in.Path)
@@ -251,8 +297,11 @@ type pricing struct {
 	// resent is set while counting what clients send again on later requests (system prompts,
 	// tools, earlier messages): those counts go through the Pricer's countCache.
 	resent bool
-	// bound is set by Bound: every text costs its length in bytes instead of being counted.
-	bound bool
+	// noCount is set by Bound: every text costs its length in bytes instead of being counted.
+	noCount bool
+	// bounded is set once an upper bound decides the price (its reason is Estimate.Reason);
+	// unseenCtx when the request brings input its body does not show.
+	bounded, unseenCtx bool
 }
 
 func (s *pricing) approx(r Reason) {
@@ -262,38 +311,53 @@ func (s *pricing) approx(r Reason) {
 }
 
 func (s *pricing) price(in *Input) {
-	body, scale, done := s.body(in)
-	if done {
-		s.est.Model = s.deploymentModel()
-		model := s.est.Model
-		if model == "" {
-			model = sniffModel(in.Body)
-		}
-		s.chooseEncoder(model)
-		s.est.OutputTokens = s.defaultOutput()
-		return
-	}
-	if scale != 1 {
-		// Only a prefix is available: count it as raw text and scale it up.
-		s.est.Model = s.modelOr(sniffModel(body))
-		s.chooseEncoder(s.est.Model)
-		s.est.PromptTokens = scaled(s.count(body), scale)
-		s.est.OutputTokens = s.defaultOutput()
-		return
-	}
+	size, partial := s.extent(in)
 	if s.est.API == UnknownAPI {
-		s.approx(ReasonUnknownAPI)
-		s.chooseEncoder(sniffModel(body))
-		s.est.PromptTokens = s.count(body)
+		s.unknownAPI(in, size, partial)
 		return
 	}
+	body := in.Body
+	enc := strings.ToLower(strings.TrimSpace(in.ContentEncoding))
+	switch enc {
+	case "", "identity":
+	case "gzip", "x-gzip", "deflate":
+		decoded, _, err := s.decode(enc, body)
+		switch {
+		case len(decoded) == 0 && len(body) > 0:
+			// Nothing decodes: the provider can only read it plain, if at all.
+			s.plainOrBound(ReasonGzip, body, partial)
+			return
+		case partial:
+			s.unreadable(ReasonPartialBody, s.utf8(decoded), -1, false)
+			return
+		case err != nil:
+			// Corrupt, truncated or beyond MaxDecodedBytes: its decoded size is unknown.
+			s.unreadable(ReasonGzip, s.utf8(decoded), -1, false)
+			return
+		}
+		body, size = decoded, int64(len(decoded))
+	default:
+		s.plainOrBound(ReasonUnsupportedEncoding, body, partial)
+		return
+	}
+	if partial {
+		s.unreadable(ReasonPartialBody, s.utf8(body), s.textSize(body, size), false)
+		return
+	}
+	text := s.utf8(body)
+	if int64(len(text)) > s.p.opts.MaxBodyBytes {
+		s.unreadable(ReasonTooLarge, text, s.textSize(body, size), true)
+		return
+	}
+	s.parsed(text, s.textSize(body, size))
+}
+
+// parsed prices a whole body that is text: field by field when it parses as a JSON object,
+// else at the upper bound. size is its size in bytes as the bound counts them.
+func (s *pricing) parsed(body []byte, size int64) {
 	s.d = &s.w.doc
 	if err := s.d.parse(body); err != nil || s.d.kind(0) != jObject {
-		s.approx(ReasonNotJSON)
-		s.est.Model = s.modelOr(sniffModel(body))
-		s.chooseEncoder(s.est.Model)
-		s.est.PromptTokens = s.count(body)
-		s.est.OutputTokens = s.defaultOutput()
+		s.unreadable(ReasonNotJSON, body, size, true)
 		return
 	}
 	root := 0
@@ -312,22 +376,97 @@ func (s *pricing) price(in *Input) {
 		s.enc = s.p.cl100k
 		if s.est.API == ChatCompletions {
 			s.anthropicChat(root) // Anthropic's OpenAI-compatible endpoint
+		} else {
+			s.anthropic(root)
+		}
+	} else {
+		s.chooseEncoder(s.est.Model)
+		switch s.est.API {
+		case ChatCompletions:
+			s.chat(root)
+		case Completions:
+			s.completions(root)
+		case Embeddings:
+			s.embeddings(root)
+		case Responses:
+			s.responses(root)
+		}
+	}
+	if s.unseenCtx {
+		s.addUnseen()
+	}
+}
+
+// plainOrBound prices a body whose content-encoding cannot be decoded: as plain JSON when it is
+// (the provider can only have ignored the header), else at the upper bound of an unknown size.
+// Either way it costs at least its plain reading.
+func (s *pricing) plainOrBound(r Reason, body []byte, partial bool) {
+	s.bound(r)
+	text := s.utf8(body)
+	if !partial && int64(len(text)) <= s.p.opts.MaxBodyBytes {
+		d := &s.w.doc
+		if d.parse(text) == nil && d.kind(0) == jObject {
+			s.parsed(text, int64(len(body)))
 			return
 		}
-		s.anthropic(root)
-		return
 	}
-	s.chooseEncoder(s.est.Model)
-	switch s.est.API {
-	case ChatCompletions:
-		s.chat(root)
-	case Completions:
-		s.completions(root)
-	case Embeddings:
-		s.embeddings(root)
-	case Responses:
-		s.responses(root)
+	s.unreadable(r, text, -1, false)
+}
+
+// extent returns the body's whole size (-1 when unknown) and whether in.Body is only its first
+// part: shorter than its content-length, marked partial by Envoy, or, without a
+// content-length, as long as Envoy's buffer (Envoy then reports a body cut at exactly
+// max_request_bytes as complete).
+func (s *pricing) extent(in *Input) (size int64, partial bool) {
+	n := int64(len(in.Body))
+	if in.NoContentLength {
+		if in.Partial || in.ContentLength > n || n >= s.p.opts.RequestBufferBytes {
+			return -1, true
+		}
+		return n, false
 	}
+	switch {
+	case in.ContentLength > n:
+		return in.ContentLength, true
+	case in.Partial:
+		return -1, true
+	}
+	return n, false
+}
+
+// utf8 returns body as UTF-8 (asUTF8), in the call's scratch.
+func (s *pricing) utf8(body []byte) []byte {
+	text, grown := asUTF8(body, s.w.text)
+	s.w.text = grown[:0]
+	return text
+}
+
+// textSize is the size the bound counts for a body of size bytes: 1.5 times it for UTF-16,
+// whose 2-byte units can become 3 bytes of UTF-8.
+func (s *pricing) textSize(body []byte, size int64) int64 {
+	if size < 0 {
+		return size
+	}
+	if cs, _ := detectCharset(body); cs == utf16BE || cs == utf16LE {
+		return size + size/2
+	}
+	return size
+}
+
+// unknownAPI prices a path that is not one of the priced APIs: its raw body counted as text
+// (a prefix scaled to the declared size), no output.
+func (s *pricing) unknownAPI(in *Input, size int64, partial bool) {
+	s.approx(ReasonUnknownAPI)
+	body := in.Body[:min(int64(len(in.Body)), s.p.opts.MaxBodyBytes)]
+	s.chooseEncoder(sniffModel(body))
+	scale := 1.0
+	switch {
+	case size > int64(len(body)) && len(body) > 0:
+		scale = float64(size) / float64(len(body))
+	case partial:
+		scale = 2 // total size unknown: assume at least twice what was received
+	}
+	s.est.PromptTokens = scaled(s.count(body), scale)
 }
 
 // deploymentModel is the model of an Azure deployment path: the deployment's model in
@@ -377,15 +516,6 @@ func (s *pricing) deploymentModel() string {
 // stack); longer names are looked up as they are sent.
 const maxFoldedName = 128
 
-// modelOr is the deployment's model, else sniffed (a model found in a body that is not read
-// field by field).
-func (s *pricing) modelOr(sniffed string) string {
-	if m := s.deploymentModel(); m != "" {
-		return m
-	}
-	return sniffed
-}
-
 // chooseEncoder picks the model's encoding, or the fallback (approximate).
 func (s *pricing) chooseEncoder(model string) {
 	switch EncodingForModel(model) {
@@ -402,49 +532,6 @@ func (s *pricing) chooseEncoder(model string) {
 	if s.est.Provider == Anthropic {
 		s.enc = s.p.cl100k
 	}
-}
-
-// body returns the body to price and the factor by which its count must be scaled (1 when it
-// is the whole body). done is true when the body cannot be read and PromptTokens is set.
-func (s *pricing) body(in *Input) (_ []byte, _ float64, done bool) {
-	body := in.Body
-	scale := 1.0
-	if in.Partial || (in.ContentLength > int64(len(body))) {
-		s.approx(ReasonPartialBody)
-		if in.ContentLength > int64(len(body)) && len(body) > 0 {
-			scale = float64(in.ContentLength) / float64(len(body))
-		} else {
-			scale = 2 // total size unknown: assume at least twice what was received
-		}
-	}
-	switch enc := strings.ToLower(strings.TrimSpace(in.ContentEncoding)); enc {
-	case "", "identity":
-	case "gzip", "x-gzip", "deflate":
-		decoded, consumed, err := s.decode(enc, body)
-		switch {
-		case len(decoded) == 0 && len(body) > 0:
-			// Nothing decodes: charge one token per compressed byte (see ReasonGzip).
-			s.approx(ReasonGzip)
-			s.est.PromptTokens = int64(len(body))
-			return nil, 1, true
-		case err != nil && scale == 1:
-			s.approx(ReasonGzip)
-			scale = float64(len(body)) / float64(max(consumed, 1))
-		case err != nil:
-			// A partial compressed body: scale applies to the compressed bytes.
-		}
-		body = decoded
-	default:
-		s.approx(ReasonUnsupportedEncoding)
-		s.est.PromptTokens = int64(len(body))
-		return nil, 1, true
-	}
-	if int64(len(body)) > s.p.opts.MaxBodyBytes {
-		s.approx(ReasonTooLarge)
-		scale *= float64(len(body)) / float64(s.p.opts.MaxBodyBytes)
-		body = body[:s.p.opts.MaxBodyBytes]
-	}
-	return body, scale, false
 }
 
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.
@@ -554,7 +641,7 @@ const maxPiece = 256 << 10
 
 // count counts raw bytes as text, through the count cache for resent text.
 func (s *pricing) count(b []byte) int64 {
-	if s.bound {
+	if s.noCount {
 		return int64(len(b)) // see Bound
 	}
 	c := s.p.cache

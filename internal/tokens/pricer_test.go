@@ -169,9 +169,9 @@ func TestEstimate(t *testing.T) {
 		{"anthropic blocks, image, tools", post("/v1/messages", `{"model":"claude-opus-4-1","system":[{"type":"text","text":"Sys"}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"max_tokens":1}`),
 			Estimate{Provider: Anthropic, API: Messages, Model: "claude-opus-4-1", PromptTokens: ceil16(anthropicBase+anthropicPerBlock+cnt(cl, "Sys")+anthropicPerMessage+2*anthropicPerBlock+cnt(cl, "Hi")+anthropicToolsSystem+cnt(cl, `[{"name":"f","input_schema":{"type":"object"}}]`)) + 1600, OutputTokens: 1, Reason: ReasonAnthropicEstimate}},
 		{"not JSON", post("/v1/chat/completions", `this is not json`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: cnt(cl, "this is not json"), OutputTokens: 4096, Reason: ReasonNotJSON}},
-		{"too deep", post("/v1/chat/completions", `{"model":"gpt-4o","messages":`+strings.Repeat("[", 200)+strings.Repeat("]", 200)+`}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: cnt(o2, `{"model":"gpt-4o","messages":`+strings.Repeat("[", 200)+strings.Repeat("]", 200)+`}`), OutputTokens: 4096, Reason: ReasonNotJSON}},
+			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: 16, OutputTokens: openAIMaxOutput, Reason: ReasonNotJSON}},
+		{"too deep", post("/v1/chat/completions", `{"model":"gpt-4o","messages":`+strings.Repeat("[", maxDepth)+strings.Repeat("]", maxDepth)+`}`),
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: int64(len(`{"model":"gpt-4o","messages":}`) + 2*maxDepth), OutputTokens: 16_384, Reason: ReasonNotJSON}},
 		{"wrong types", post("/v1/chat/completions", `{"model":"gpt-4o","messages":{"role":"user"},"max_tokens":"many"}`),
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: cnt(o2, `{"role":"user"}`) + 3, OutputTokens: 4096, Reason: ReasonWrongType}},
 		{"invalid UTF-8", post("/v1/chat/completions", "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}],\"max_tokens\":1}"),
@@ -179,11 +179,11 @@ func TestEstimate(t *testing.T) {
 		{"gzip", &Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", ContentLength: -1, Body: gzipped(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":2}`)},
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 2, Exact: true}},
 		{"gzip corrupt", &Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", ContentLength: -1, Body: []byte("not gzip at all")},
-			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: 15, OutputTokens: 4096, Reason: ReasonGzip}},
+			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: openAIMaxContext, OutputTokens: openAIMaxOutput, Reason: ReasonGzip}},
 		{"brotli", &Input{Path: "/v1/chat/completions", ContentEncoding: "br", ContentLength: -1, Body: []byte("0123456789")},
-			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: 10, OutputTokens: 4096, Reason: ReasonUnsupportedEncoding}},
+			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: openAIMaxContext, OutputTokens: openAIMaxOutput, Reason: ReasonUnsupportedEncoding}},
 		{"partial body", &Input{Path: "/v1/chat/completions", Body: []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + big[:1000]), ContentLength: 4000, Partial: true},
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: scaled(cnt(o2, `{"model":"gpt-4o","messages":[{"role":"user","content":"`+big[:1000]), float64(4000)/float64(len(`{"model":"gpt-4o","messages":[{"role":"user","content":"`+big[:1000]))), OutputTokens: 4096, Reason: ReasonPartialBody}},
+			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 4000, OutputTokens: 16_384, Reason: ReasonPartialBody}},
 		{"unknown API", post("/v1/models", ``),
 			Estimate{Reason: ReasonUnknownAPI}},
 		{"count_tokens is not a generation", post("/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[]}`),
@@ -199,15 +199,16 @@ func TestEstimate(t *testing.T) {
 
 func ceil16(n int64) int64 { return int64(math.Ceil(float64(n) * 1.6)) }
 
-// TestGzipBomb: a body that decodes beyond MaxDecodedBytes stops there and is scaled up.
+// TestGzipBomb: a body that decodes beyond MaxDecodedBytes stops there and is priced at the
+// model's upper bound: its whole context window and maximum output.
 func TestGzipBomb(t *testing.T) {
 	t.Parallel()
 	p := newPricer(t, Options{MaxDecodedBytes: 1 << 20})
 	body := gzipped(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("ab ", 4<<20) + `"}]}`)
 	start := time.Now()
 	got := p.Estimate(&Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", Body: body, ContentLength: int64(len(body))})
-	if got.Reason != ReasonGzip || got.PromptTokens < 1<<20/3 || got.Exact {
-		t.Errorf("got %+v, want a scaled approximate price of at least %d", got, 1<<20/3)
+	if got.Reason != ReasonGzip || got.PromptTokens != 128_000 || got.OutputTokens != 16_384 || got.Exact {
+		t.Errorf("got %+v, want gpt-4o's context window and maximum output", got)
 	}
 	t.Logf("%d compressed bytes: %+v in %v", len(body), got, time.Since(start))
 }
@@ -272,8 +273,14 @@ func FuzzEstimate(f *testing.F) {
 		f.Add(s.path, []byte(s.body), "", int64(-1), false)
 	}
 	f.Add("/v1/chat/completions", gzipped(seeds[0].body), "gzip", int64(10), true)
+	for _, s := range boundSeeds() {
+		f.Add(s.path, []byte(s.body), "", int64(-1), false)
+	}
+	f.Add("/v1/chat/completions", []byte(`{"model":"gpt-4o","max_tokens":5,"messages":[`), "", int64(-2), false)
 	f.Fuzz(func(t *testing.T, path string, body []byte, encoding string, length int64, partial bool) {
-		in := &Input{Path: path, Body: body, ContentEncoding: encoding, ContentLength: length, Partial: partial}
+		// A length below -1 stands for a request without content-length (Envoy's count then).
+		in := &Input{Path: path, Body: body, ContentEncoding: encoding, ContentLength: max(length, -1), Partial: partial,
+			NoContentLength: length < -1}
 		start := time.Now()
 		got := p.Estimate(in)
 		if got.PromptTokens < 0 || got.OutputTokens < 0 || got.Cost() < 0 {

@@ -69,6 +69,11 @@ type Input struct {
 	// Partial is true when Envoy sent only the first bytes of the body
 	// (header x-envoy-auth-partial-body: true).
 	Partial bool
+	// NoContentLength is true when the request had no content-length header (an HTTP/2 upload
+	// without one, or HTTP/1.1 chunked): ContentLength is then Envoy's count of the bytes
+	// received so far, not the body's size, and a body of Options.RequestBufferBytes or more
+	// may be the first part only, which Envoy reports as complete.
+	NoContentLength bool
 }
 
 // Estimate is the price of one request.
@@ -105,27 +110,33 @@ const (
 	// text with the fallback encoding (an upper bound for JSON-wrapped text) and the default
 	// output reservation is added.
 	ReasonUnknownAPI Reason = "unknown_api"
-	// ReasonNotJSON: the body is not valid JSON (including nesting deeper than 128 levels or a
-	// top-level value that is not an object); the raw body is counted as text.
+	// ReasonNotJSON: the body is not a JSON object the pricer can read (invalid syntax, nesting
+	// deeper than 10,000 levels, a top-level value that is not an object); it is priced at the
+	// upper bound (bound.go): one token per byte up to the context window, and the top-level
+	// max_tokens found by a scan of its bytes, else the model's maximum output.
 	ReasonNotJSON Reason = "not_json"
 	// ReasonWrongType: a priced field has an unexpected type (e.g. "messages" is not an array,
 	// "max_tokens" is not a non-negative integer); the field is counted as raw JSON text, or the
 	// default output reservation is used.
 	ReasonWrongType Reason = "wrong_type"
 	// ReasonPartialBody: Envoy sent only the first bytes of the body
-	// (x-envoy-auth-partial-body) or the body is shorter than content-length; the raw prefix is
-	// counted and scaled by content-length / received bytes.
+	// (x-envoy-auth-partial-body, a body shorter than its content-length, or one of
+	// Options.RequestBufferBytes with no content-length); priced at the upper bound: one token
+	// per byte of content-length (the context window when the size is unknown), at most the
+	// context window, and the model's maximum output (or a larger max_tokens seen).
 	ReasonPartialBody Reason = "partial_body"
-	// ReasonTooLarge: the (decoded) body exceeds Options.MaxBodyBytes; the first
-	// MaxBodyBytes are counted as raw text and scaled to the full size.
+	// ReasonTooLarge: the (decoded) body exceeds Options.MaxBodyBytes; it is priced at the
+	// upper bound, as ReasonNotJSON.
 	ReasonTooLarge Reason = "too_large"
 	// ReasonGzip: a gzip or deflate body could not be decoded, or decoded beyond
-	// Options.MaxDecodedBytes; the decoded prefix is counted and scaled by compressed bytes
-	// consumed, or, when nothing decodes, one token per compressed byte is charged.
+	// Options.MaxDecodedBytes: priced at the upper bound of an unknown size (the context
+	// window, the model's maximum output); when nothing decodes and the body is plain JSON, it
+	// is priced as that.
 	ReasonGzip Reason = "gzip"
 	// ReasonUnsupportedEncoding: a content-encoding other than identity, gzip or deflate
-	// (e.g. br, zstd); one token per compressed byte is charged (text compresses about 4:1 and
-	// English averages about 4 bytes per token).
+	// (e.g. br, zstd, or a bogus one): a body that is plain JSON is priced as that (the
+	// provider can only have read it so); any other is priced at the upper bound of an unknown
+	// size (the context window, the model's maximum output).
 	ReasonUnsupportedEncoding Reason = "unsupported_encoding"
 	// ReasonUnknownModel: the model has no known OpenAI encoding; text is counted with
 	// Options.FallbackEncoding.
@@ -155,6 +166,31 @@ const (
 	// as "abab...") is counted in 256 KiB chunks, which bounds memory. One byte repeated is
 	// not: its periodic rule counts it exactly at any length (uniform.go).
 	ReasonLongRun Reason = "long_run"
+	// ReasonPreviousResponse: a Responses request continues a stored response
+	// (previous_response_id) whose turns the body does not show; the prompt is raised to the
+	// unseen-context bound (Options.UnseenContextTokens, by default the model's context window).
+	ReasonPreviousResponse Reason = "previous_response"
+	// ReasonConversation: a Responses request names a stored conversation; priced as
+	// ReasonPreviousResponse.
+	ReasonConversation Reason = "conversation"
+	// ReasonStoredPrompt: a Responses request uses a stored prompt template by id; priced as
+	// ReasonPreviousResponse.
+	ReasonStoredPrompt Reason = "stored_prompt"
+	// ReasonItemReference: a Responses input item refers to a stored item by id; priced as
+	// ReasonPreviousResponse.
+	ReasonItemReference Reason = "item_reference"
+	// ReasonFileInput: a file by id, a PDF, or file_search over stored files: the provider reads
+	// content the body's bytes do not tell; priced as ReasonPreviousResponse.
+	ReasonFileInput Reason = "file_input"
+	// ReasonDocumentURL: an Anthropic document block by URL, fetched by the provider; priced as
+	// ReasonPreviousResponse.
+	ReasonDocumentURL Reason = "document_url"
+	// ReasonMCPServers: remote MCP servers (Anthropic mcp_servers, OpenAI tools of type mcp)
+	// whose tool lists and results enter the context; priced as ReasonPreviousResponse.
+	ReasonMCPServers Reason = "mcp_servers"
+	// ReasonContainerUpload: an Anthropic container_upload block (a file for code execution);
+	// priced as ReasonPreviousResponse.
+	ReasonContainerUpload Reason = "container_upload"
 	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
 	ReasonInternal Reason = "internal"
 )
