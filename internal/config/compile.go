@@ -24,6 +24,17 @@ type Config struct {
 	Own *OwnCredentials
 	// Feedback is true when some rule has provider_feedback.
 	Feedback bool
+	// TenantClasses are priority.tenants compiled, in file order.
+	TenantClasses []TenantClassRule
+	// LogClearTenant: the answer's metadata names the tenant itself, not its hash (tenant.log).
+	LogClearTenant bool
+}
+
+// TenantClassRule gives the tenants matching Tenant the class Class, whose floor is Floor.
+type TenantClassRule struct {
+	Tenant Glob
+	Class  string
+	Floor  float64
 }
 
 // Scope is a set of request attributes a rule's buckets are kept per.
@@ -113,8 +124,13 @@ func (f *File) compile() (*Config, error) {
 	if f.Tenant.Default == "" {
 		bad("tenant.default", "must not be empty")
 	}
+	switch f.Tenant.Log {
+	case "hash", "clear":
+	default:
+		bad("tenant.log", "%q is not hash or clear", f.Tenant.Log)
+	}
 
-	c := &Config{Classes: map[string]float64{}}
+	c := &Config{Classes: map[string]float64{}, LogClearTenant: f.Tenant.Log == "clear"}
 	for name, cl := range f.Priority.Classes {
 		if cl.Floor < 0 || cl.Floor >= 1 {
 			bad("priority.classes."+name+".floor", "%v is not in [0, 1)", cl.Floor)
@@ -125,6 +141,17 @@ func (f *File) compile() (*Config, error) {
 		bad("priority.default", "%q is not a class under priority.classes", f.Priority.Default)
 	}
 	c.DefaultFloor = c.Classes[f.Priority.Default]
+	for i, tc := range f.Priority.Tenants {
+		key := fmt.Sprintf("priority.tenants[%d]", i)
+		if tc.Tenant == "" {
+			bad(key+".tenant", "must not be empty")
+		}
+		fl, ok := c.Classes[tc.Class]
+		if !ok {
+			bad(key+".class", "%q is not a class under priority.classes", tc.Class)
+		}
+		c.TenantClasses = append(c.TenantClasses, TenantClassRule{Tenant: NewGlob(tc.Tenant), Class: tc.Class, Floor: fl})
+	}
 	f.Priority.Header = strings.ToLower(f.Priority.Header)
 
 	if f.Pricing.DefaultOutputTokens < 0 || f.Pricing.DefaultOutputTokens > maxLimit {

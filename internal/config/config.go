@@ -51,6 +51,9 @@ type Tenant struct {
 	Header string `yaml:"header"`
 	// Default is the tenant of a request that carries none.
 	Default string `yaml:"default"`
+	// Log is how the answer's dynamic metadata (and so Envoy's access log) names the tenant:
+	// hash (default: the first 64 bits of its SHA-256, in hex) or clear (the tenant itself).
+	Log string `yaml:"log"`
 }
 
 // Priority configures priority classes.
@@ -61,6 +64,15 @@ type Priority struct {
 	Default string `yaml:"default"`
 	// Classes maps a class name to its floor: the fraction of each bucket it may not take.
 	Classes map[string]Class `yaml:"classes"`
+	// Tenants gives tenants their class (first match wins) when the request's header names no
+	// known class: the class then follows the tenant's trusted identity.
+	Tenants []TenantClass `yaml:"tenants"`
+}
+
+// TenantClass is the priority class of the tenants matching a glob.
+type TenantClass struct {
+	Tenant string `yaml:"tenant"`
+	Class  string `yaml:"class"`
 }
 
 // Class is one priority class.
@@ -252,7 +264,7 @@ func Default() (*Config, error) { return Parse(Example, "embedded example") }
 // Defaults returns a File holding every default value.
 func Defaults() File {
 	return File{
-		Tenant:   Tenant{Source: "none", Default: "default"},
+		Tenant:   Tenant{Source: "none", Default: "default", Log: "hash"},
 		Priority: Priority{Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
 		Pricing: Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base", MaxRequestBytes: 1 << 20,
 			Unreadable: Unreadable{Policy: "bound"}},

@@ -269,6 +269,14 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 			r.tenant = r.route.Tenant
 		}
 	}
+	// Envoy joins a repeated header's values with commas: an identity header with a comma was
+	// sent more than once (or names a list), and is refused rather than read as one tenant.
+	if strings.IndexByte(w.hdr[hdrTenant], ',') >= 0 {
+		return r, &identityError{header: cfg.File.Tenant.Header}
+	}
+	if strings.IndexByte(w.hdr[hdrPriority], ',') >= 0 {
+		return r, &identityError{header: cfg.File.Priority.Header}
+	}
 	if r.tenant == "" {
 		r.tenant = cfg.File.Tenant.Default
 	}
@@ -277,9 +285,14 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	}
 	r.priority = cfg.File.Priority.Default
 	r.floor = cfg.DefaultFloor
-	if v := w.hdr[hdrPriority]; v != "" {
-		if fl, ok := cfg.Classes[v]; ok {
-			r.priority, r.floor = strings.Clone(v), fl
+	if fl, ok := cfg.Classes[w.hdr[hdrPriority]]; ok && w.has[hdrPriority] {
+		r.priority, r.floor = strings.Clone(w.hdr[hdrPriority]), fl
+	} else {
+		for i := range cfg.TenantClasses {
+			if tc := &cfg.TenantClasses[i]; tc.Tenant.Match(r.tenant) {
+				r.priority, r.floor = tc.Class, tc.Floor
+				break
+			}
 		}
 	}
 	return r, nil
@@ -309,6 +322,13 @@ func ownCredential(o *config.OwnCredentials, w *wireRequest) bool {
 		found = true
 	}
 	return found
+}
+
+// identityError is a request whose identity header came more than once.
+type identityError struct{ header string }
+
+func (e *identityError) Error() string {
+	return "filter: header " + e.header + " given more than once"
 }
 
 // decode reads data, an encoded CheckRequest, into w for p.
@@ -367,6 +387,15 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		if status.Code(err) == codes.InvalidArgument {
 			f.m.error(reasonNotHTTP)
 			return nil, err
+		}
+		var ie *identityError
+		if errors.As(err, &ie) {
+			f.m.error(reasonDuplicateIdentity)
+			f.log.Debug("identity header given more than once", zap.String("reason", string(reasonDuplicateIdentity)),
+				zap.String("header", ie.header))
+			var est tokens.Estimate
+			est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
+			return f.finish(start, &est, nil, badIdentityResponse(&est, ie.header)), nil
 		}
 		// A route whose context_extensions are invalid: the operator's mistake, answered 500 in
 		// the provider's format so that it is seen at once, never silently unlimited.

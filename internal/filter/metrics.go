@@ -22,6 +22,9 @@ const (
 	reasonStoreError   Reason = "store_error"   // the store answered with an error or is unreachable
 	reasonHoldCanceled Reason = "hold_canceled" // Envoy gave up on a held request
 	reasonRefundFailed Reason = "refund_failed" // a reservation could not be given back
+	// reasonDuplicateIdentity is a tenant or priority header given more than once (Envoy joins
+	// them with commas): refused with a 400, never joined into a tenant of its own.
+	reasonDuplicateIdentity Reason = "duplicate_identity"
 )
 
 func storeReason(ctx context.Context, err error) Reason {
@@ -56,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_decisions_total",
-			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route), provider and model.",
+			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route, bad_identity), provider and model.",
 		}, []string{"decision", "provider", "model"}),
 		ruleDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_rule_decisions_total",

@@ -34,6 +34,8 @@ type plan struct {
 	tenant   string
 	priority string
 	floor    float64
+	// logClearTenant: the metadata names the tenant itself, not its hash (tenant.log: clear).
+	logClearTenant bool
 	// shadowAll is true in global shadow mode: enforced buckets are counted, never enforced.
 	shadowAll     bool
 	shadowOutcome bucket.Outcome
@@ -53,7 +55,8 @@ type plan struct {
 // plan finds the rules that apply to r and the buckets they debit.
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
-	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own}
+	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own,
+		logClearTenant: cfg.LogClearTenant}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
 	provider := est.Provider.String()
 	pl.enforced.Tag = provider

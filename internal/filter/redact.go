@@ -10,9 +10,17 @@ import (
 // e-mail, an account id), so no log line ever carries one; the hash still lets an operator
 // follow one tenant's lines (printf %s TENANT | sha256sum | cut -c1-16).
 func tenantHash(tenant string) string {
+	var buf [16]byte
+	return string(appendTenantHash(buf[:0], tenant))
+}
+
+// appendTenantHash appends tenantHash(tenant) to b, without allocating for a short tenant.
+func appendTenantHash(b []byte, tenant string) []byte {
 	if tenant == "" {
-		return ""
+		return b
 	}
 	sum := sha256.Sum256([]byte(tenant))
-	return hex.EncodeToString(sum[:8])
+	var hx [16]byte
+	hex.Encode(hx[:], sum[:8])
+	return append(b, hx[:]...)
 }

@@ -23,16 +23,17 @@ import (
 
 // Decisions, as metric label values and in dynamic metadata.
 const (
-	decisionAllowed     = "allowed"     // every bucket paid
-	decisionDelayed     = "delayed"     // held for max_wait, then allowed
-	decisionDenied      = "denied"      // 429
-	decisionTooLarge    = "too_large"   // 413: can never fit
-	decisionShadow      = "shadow"      // allowed whatever the buckets said
-	decisionUnlimited   = "unlimited"   // no rule applies
-	decisionFailOpen    = "fail_open"   // store unreachable, failure.mode allow
-	decisionLocal       = "local"       // store unreachable, allowed by the local share
-	decisionUnavailable = "unavailable" // store unreachable, 503
-	decisionBadRoute    = "bad_route"   // invalid context_extensions, 500
+	decisionAllowed     = "allowed"      // every bucket paid
+	decisionDelayed     = "delayed"      // held for max_wait, then allowed
+	decisionDenied      = "denied"       // 429
+	decisionTooLarge    = "too_large"    // 413: can never fit
+	decisionShadow      = "shadow"       // allowed whatever the buckets said
+	decisionUnlimited   = "unlimited"    // no rule applies
+	decisionFailOpen    = "fail_open"    // store unreachable, failure.mode allow
+	decisionLocal       = "local"        // store unreachable, allowed by the local share
+	decisionUnavailable = "unavailable"  // store unreachable, 503
+	decisionBadRoute    = "bad_route"    // invalid context_extensions, 500
+	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
 )
 
 // MetadataNamespace is where Envoy files the dynamic metadata of an ext_authz answer.
@@ -297,6 +298,18 @@ func badRouteResponse(est *tokens.Estimate, err error) *Answer {
 	return deniedResponse(codes.Internal, typev3.StatusCode_InternalServerError, hdrs, body, (*plan)(nil).metadata(est, decisionBadRoute, 0))
 }
 
+// badIdentityResponse refuses a request whose identity header (tenant or priority) came more
+// than once: Envoy joins repeated headers with a comma, and a joined value names no tenant. The
+// error is the provider's own for a malformed request (400, invalid_request_error): OpenAI,
+// https://platform.openai.com/docs/guides/error-codes; Anthropic,
+// https://docs.anthropic.com/en/api/errors. The SDKs do not retry a 400.
+func badIdentityResponse(est *tokens.Estimate, name string) *Answer {
+	body := errorBody(est, "invalid_request_error", string(reasonDuplicateIdentity), "invalid_request_error",
+		"The "+name+" header must be given once: a request names one identity.")
+	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	return deniedResponse(codes.InvalidArgument, typev3.StatusCode_BadRequest, hdrs, body, (*plan)(nil).metadata(est, decisionBadIdentity, 0))
+}
+
 // metadata describes the decision and the reservation for access logs and the response path:
 // the values of the answer's dynamic metadata, which fields lists.
 type metadata struct {
@@ -327,6 +340,14 @@ func (m *metadata) append(b []byte) []byte {
 		b = appendStrEntry(b, "estimate_reason", string(est.Reason))
 	}
 	if pl != nil {
+		// The tenant charged, as the access log may name it: its hash unless tenant.log is clear.
+		if pl.logClearTenant {
+			b = appendStrEntry(b, "tenant", pl.tenant)
+		} else {
+			var h [16]byte
+			b = appendASCIIEntry(b, "tenant", appendTenantHash(h[:0], pl.tenant))
+		}
+		b = appendStrEntry(b, "priority", pl.priority)
 		b = appendStrEntry(b, "rules", pl.ruleNames())
 		b = appendStrEntry(b, "tag", pl.enforced.Tag)
 		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {

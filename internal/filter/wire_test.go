@@ -208,6 +208,7 @@ func TestAppendAnswer(t *testing.T) {
 			want := map[string]any{"decision": a.Decision(), "provider": "anthropic", "api": est.API.String(),
 				"model": safeLabel(bad), "prompt_tokens": float64(n), "output_tokens": 7.0, "cost": float64(n + 7),
 				"exact": false, "estimate_reason": string(tokens.ReasonUnknownAPI), "rules": "rule", "tag": "openai",
+				"tenant": tenantHash(""), "priority": "",
 				"reservation": string(pl.appendReservation(nil, &est))}
 			if a.Decision() == decisionAllowed {
 				want["buckets"] = []any{long, strings.ToValidUTF8(bad, "\uFFFD")}
