@@ -1,0 +1,174 @@
+"""The shipped compose stack, built and run as the README says: `docker compose up --build` of
+docker-compose.yaml with its override (Redis, two ext-authz replicas, Envoy, the mock provider
+over TLS under the providers' host names), driven from the host through Envoy's published port
+127.0.0.1:10000 with the official OpenAI and Anthropic SDKs.
+
+Needs a Docker engine and the Compose plugin (scripts/deps.sh) and, where no registry answers,
+the base-image stand-ins (e2e/compose/standins.sh, run here first). It fails, never skips, when
+any of them is missing. Run alone and after the rest of the suite (make compose): it publishes
+fixed ports and takes the machine's cores while it builds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "llm-ratelimit"  # the name: of docker-compose.yaml
+PROXY = "http://127.0.0.1:10000"
+MOCK = "http://127.0.0.1:8080"
+
+
+def sh(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(args)}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def compose(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    return sh("docker", "compose", *args, timeout=timeout, check=check)
+
+
+def mock_stats() -> dict:
+    with urllib.request.urlopen(MOCK + "/stats", timeout=5) as r:
+        return json.load(r)
+
+
+def project_objects() -> dict[str, list[str]]:
+    """Every container, network and volume of the project (by compose's label)."""
+    label = f"label=com.docker.compose.project={PROJECT}"
+    return {
+        "containers": sh("docker", "ps", "-aq", "--filter", label).stdout.split(),
+        "networks": sh("docker", "network", "ls", "-q", "--filter", label).stdout.split(),
+        "volumes": sh("docker", "volume", "ls", "-q", "--filter", label).stdout.split(),
+    }
+
+
+def openai_client(max_retries: int = 2, tenant: str = "") -> openai.OpenAI:
+    return openai.OpenAI(
+        api_key="sk-compose-test",
+        base_url="http://api.openai.com/v1",
+        max_retries=max_retries,
+        timeout=30.0,
+        default_headers={"x-tenant-id": tenant} if tenant else None,
+        http_client=openai.DefaultHttpx2Client(proxy=PROXY, trust_env=False),
+    )
+
+
+def anthropic_client(max_retries: int = 2) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        api_key="sk-ant-compose-test",
+        base_url="http://api.anthropic.com",
+        max_retries=max_retries,
+        timeout=30.0,
+        http_client=anthropic.DefaultHttpxClient(proxy=PROXY, trust_env=False),
+    )
+
+
+@pytest.fixture(scope="module")
+def stack():
+    # The engine and the plugin: missing is a failure, never a skip.
+    assert sh("docker", "info", "--format", "{{.ServerVersion}}", check=False).returncode == 0, \
+        "no Docker engine answers: run scripts/deps.sh (make deps)"
+    assert compose("version", check=False).returncode == 0, "no docker compose plugin: run scripts/deps.sh"
+    sh(str(ROOT / "e2e" / "compose" / "standins.sh"), timeout=1800)
+    compose("down", "-v", "--remove-orphans", timeout=120)
+    t0 = time.monotonic()
+    # As the README says (docker compose up --build), detached, waiting on every healthcheck.
+    compose("up", "--build", "-d", "--wait", "--wait-timeout", "180", timeout=1500)
+    up_s = time.monotonic() - t0
+    # Envoy's listener answers once its ext-authz cluster has a healthy host.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            openai_client(max_retries=0).models.list()
+            break
+        except openai.APIError:
+            assert time.monotonic() < deadline, compose("logs", "--tail", "50").stdout
+            time.sleep(0.2)
+    yield {"up_s": up_s}
+    compose("down", "-v", "--remove-orphans", timeout=120)
+
+
+def test_request_through_envoy_is_answered_by_the_mock(stack):
+    before = mock_stats()["providers"]
+    chat = openai_client().chat.completions.create(
+        model="gpt-4o-mini", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
+    assert chat.choices[0].message.content
+    msg = anthropic_client().messages.create(
+        model="claude-haiku-4-5", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    assert msg.content[0].text
+    after = mock_stats()["providers"]
+    for p in ("openai", "anthropic"):
+        assert after[p]["admitted"] == before.get(p, {}).get("admitted", 0) + 1, (p, before, after)
+
+
+def test_limiter_answers_429_before_the_provider(stack):
+    client = openai_client(max_retries=0, tenant="team-compose-429")
+    seen = None
+    # The tenant's share is 10000 tokens/min (internal/config/example.yaml): 4000-token requests
+    # exhaust it on the third.
+    for _ in range(5):
+        try:
+            client.chat.completions.create(model="gpt-4o", max_tokens=4000,
+                                           messages=[{"role": "user", "content": "hi"}])
+        except openai.RateLimitError as e:
+            seen = e
+            break
+    assert seen is not None, "no 429 from the limiter"
+    h = seen.response.headers
+    assert int(h["retry-after"]) >= 1 and int(h["retry-after-ms"]) > 0
+    assert seen.body["code"] == "rate_limit_exceeded", seen.body
+    # The 429 came from the limiter: the provider refused nothing.
+    assert mock_stats()["providers"]["openai"]["rate_limited"] == 0
+
+
+def _inspect(service: str) -> list[dict]:
+    ids = compose("ps", "-q", service).stdout.split()
+    assert ids, service
+    return json.loads(sh("docker", "inspect", *ids).stdout)
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+def test_containers_run_as_built(stack):
+    for c in _inspect("ext-authz"):
+        assert c["Config"]["User"] == "nonroot:nonroot"
+        assert c["HostConfig"]["ReadonlyRootfs"] is True
+        assert c["HostConfig"]["CapDrop"] == ["ALL"]
+        assert "no-new-privileges:true" in c["HostConfig"]["SecurityOpt"]
+        # What the kernel says of the running process, not only what was asked for.
+        st = _proc_status(c["State"]["Pid"])
+        assert st["Uid"].split()[0] == "65532" and st["Gid"].split()[0] == "65532", st["Uid"]
+        assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0, st["CapEff"]
+        assert st["NoNewPrivs"] == "1"
+        root = next(l for l in Path(f"/proc/{c['State']['Pid']}/mountinfo").read_text().splitlines()
+                    if l.split()[4] == "/")
+        assert "ro" in root.split()[5].split(","), root
+    assert len(_inspect("ext-authz")) == 2
+    (mock,) = _inspect("mockprovider")
+    assert _proc_status(mock["State"]["Pid"])["Uid"].split()[0] == "65532"
+    for svc in ("redis", "mockprovider"):
+        for c in _inspect(svc):
+            assert c["State"]["Health"]["Status"] == "healthy", (svc, c["State"]["Health"])
+
+
+def test_down_removes_everything():
+    # Last in the file: the stack's own `docker compose down -v` leaves nothing of the project.
+    compose("down", "-v", "--remove-orphans", timeout=120)
+    assert project_objects() == {"containers": [], "networks": [], "volumes": []}
