@@ -168,6 +168,79 @@ def test_containers_run_as_built(stack):
             assert c["State"]["Health"]["Status"] == "healthy", (svc, c["State"]["Health"])
 
 
+def _call(client: openai.OpenAI, tenant: str) -> tuple[str, float]:
+    """One small chat call: its outcome (ok, rate_limited, 503, or the error's class) and its time."""
+    t = time.monotonic()
+    try:
+        client.chat.completions.create(model="gpt-4o-mini", max_tokens=8,
+                                       messages=[{"role": "user", "content": "hi"}],
+                                       extra_headers={"x-tenant-id": tenant})
+        out = "ok"
+    except openai.RateLimitError:
+        out = "rate_limited"
+    except openai.APIStatusError as e:
+        out = str(e.status_code)
+    except openai.APIError as e:
+        out = type(e).__name__
+    return out, time.monotonic() - t
+
+
+def test_replica_killed_under_load_fails_no_call(stack):
+    """docker kill of one ext-authz replica while calls run: Envoy's retry policy and health
+    check move the checks to the other replica; no call fails and none passes unchecked."""
+    import threading
+    client = openai_client(max_retries=0)
+    results: list[str] = []
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        while not stop.is_set():
+            results.append(_call(client, f"team-kill-{i}")[0])
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(2)  # load before the kill: the figure is the calls around it
+    victim = compose("ps", "-q", "ext-authz").stdout.split()[0]
+    sh("docker", "kill", victim)
+    n_at_kill = len(results)
+    deadline = time.monotonic() + 30
+    while len(results) < n_at_kill + 100 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len(results) >= n_at_kill + 100, len(results)
+    assert set(results) <= {"ok", "rate_limited"}, {r: results.count(r) for r in set(results)}
+    # None of them passed unchecked (Envoy's failure_mode_allow would mark them at the mock).
+    logs = compose("logs", "--no-log-prefix", "envoy").stdout
+    assert '"failure_mode_allowed":"true"' not in logs
+    compose("up", "-d", "--wait", "--wait-timeout", "60", timeout=120)
+
+
+def test_redis_disconnected_applies_the_failure_policy(stack):
+    """docker network disconnect of Redis from the replicas' network: every check gets the
+    limits file's failure policy (deny: 503, which the SDKs retry) within the Redis timeout, none
+    hangs; after reconnecting, decisions are exact again."""
+    client = openai_client(max_retries=0)
+    assert _call(client, "team-redis")[0] == "ok"
+    (redis,) = compose("ps", "-q", "redis").stdout.split()
+    net = f"{PROJECT}_default"
+    sh("docker", "network", "disconnect", net, redis)
+    try:
+        outs = [_call(client, "team-redis") for _ in range(20)]
+        assert {o for o, _ in outs} == {"503"}, outs
+        assert max(d for _, d in outs) < 1.0, outs
+    finally:
+        sh("docker", "network", "connect", "--alias", "redis", net, redis)
+    deadline = time.monotonic() + 10
+    while _call(client, "team-redis")[0] != "ok":
+        assert time.monotonic() < deadline, "no exact decision 10 s after Redis came back"
+        time.sleep(0.05)
+    recovered = 10 - (deadline - time.monotonic())
+    print(f"redis reconnected: exact again after {recovered:.2f} s")
+
+
 def test_down_removes_everything():
     # Last in the file: the stack's own `docker compose down -v` leaves nothing of the project.
     compose("down", "-v", "--remove-orphans", timeout=120)
