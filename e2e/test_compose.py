@@ -185,6 +185,47 @@ def _call(client: openai.OpenAI, tenant: str) -> tuple[str, float]:
     return out, time.monotonic() - t
 
 
+def _tenant_limit(client: openai.OpenAI, tenant: str) -> int:
+    r = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"x-tenant-id": tenant})
+    return int(r.headers["x-ratelimit-limit-tokens"])
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    # The file is bind-mounted by itself: the replicas see the same inode, so it is rewritten in
+    # place (an editor's rename to a new inode would not reach the containers).
+    with open(path, "r+") as f:
+        f.write(text)
+        f.truncate()
+
+
+def test_limits_file_hot_reloaded(stack):
+    """Editing the mounted limits file (internal/config/example.yaml) changes every replica's
+    decisions without a restart: the tenant share's limit, in each answer's headers."""
+    path = ROOT / "internal" / "config" / "example.yaml"
+    original = path.read_text()
+    old = "per: [tenant]\n    tokens: {limit: 10000, period: minute}"
+    assert original.count(old) == 1
+    client = openai_client(max_retries=0)
+    assert _tenant_limit(client, "team-reload-0") == 10000
+    try:
+        _write_in_place(path, original.replace(old, old.replace("10000", "9000")))
+        deadline = time.monotonic() + 15
+        streak, i = 0, 0
+        # Both replicas: ten answers in a row (Envoy spreads them) carry the new limit.
+        while streak < 10:
+            assert time.monotonic() < deadline, "the edited limits file was not reloaded"
+            i += 1
+            streak = streak + 1 if _tenant_limit(client, f"team-reload-{i}") == 9000 else 0
+    finally:
+        _write_in_place(path, original)
+    deadline = time.monotonic() + 15
+    while _tenant_limit(client, "team-reload-back") != 10000:
+        assert time.monotonic() < deadline, "the restored limits file was not reloaded"
+        time.sleep(0.1)
+
+
 def test_replica_killed_under_load_fails_no_call(stack):
     """docker kill of one ext-authz replica while calls run: Envoy's retry policy and health
     check move the checks to the other replica; no call fails and none passes unchecked."""
