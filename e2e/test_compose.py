@@ -282,6 +282,22 @@ def test_redis_disconnected_applies_the_failure_policy(stack):
     print(f"redis reconnected: exact again after {recovered:.2f} s")
 
 
+def test_redis_restarted_empty_decisions_exact_again(stack):
+    """docker compose restart redis: the new Redis has no buckets and no script cache (the
+    replicas' EVALSHA/FCALL meet NOSCRIPT or no function and load it again); decisions are
+    exact again within a second of Redis answering."""
+    client = openai_client(max_retries=0)
+    assert _call(client, "team-restart")[0] == "ok"
+    compose("restart", "redis", timeout=60)
+    t = time.monotonic()
+    while _call(client, "team-restart")[0] != "ok":
+        assert time.monotonic() - t < 10, "no exact decision 10 s after Redis restarted"
+        time.sleep(0.05)
+    took = time.monotonic() - t
+    print(f"redis restarted: exact again {took:.2f} s after compose restart returned")
+    assert took < 1.0
+
+
 def test_down_removes_everything():
     # Last in the file: the stack's own `docker compose down -v` leaves nothing of the project.
     compose("down", "-v", "--remove-orphans", timeout=120)
