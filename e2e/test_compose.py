@@ -298,6 +298,36 @@ def test_redis_restarted_empty_decisions_exact_again(stack):
     assert took < 1.0
 
 
+def test_scaled_to_three_replicas_under_load(stack):
+    """docker compose up -d --no-deps --scale ext-authz=3 while calls run: three replicas run
+    and no call fails while the third joins; back to two after."""
+    import threading
+    client = openai_client(max_retries=0)
+    results: list[str] = []
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        while not stop.is_set():
+            results.append(_call(client, f"team-scale-{i}")[0])
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        compose("up", "-d", "--no-deps", "--wait", "--scale", "ext-authz=3", "ext-authz", timeout=120)
+        assert len(compose("ps", "-q", "ext-authz").stdout.split()) == 3
+        n = len(results)
+        deadline = time.monotonic() + 20
+        while len(results) < n + 50 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert set(results) <= {"ok", "rate_limited"}, {r: results.count(r) for r in set(results)}
+    compose("up", "-d", "--no-deps", "--wait", "--scale", "ext-authz=2", "ext-authz", timeout=120)
+
+
 def test_down_removes_everything():
     # Last in the file: the stack's own `docker compose down -v` leaves nothing of the project.
     compose("down", "-v", "--remove-orphans", timeout=120)
