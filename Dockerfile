@@ -6,6 +6,12 @@
 
 ARG GO_VERSION=1.26
 
+# Modules: `go mod download` reaches the module proxy the golang image names (GOPROXY, by default
+# proxy.golang.org). CI's machines reach no image registry and its containers no outside host:
+# there e2e/compose/standins.sh builds a stand-in golang:1.26 whose GOPROXY is a file:// copy of
+# the modules go.sum names, so this file builds unchanged and offline; a user's build is not
+# affected.
+
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath

@@ -3,7 +3,7 @@ GO       ?= go
 VENV     := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run build deps test ci fmt-check vet unit istio e2e bench loadgen fuzz soak faults clean
+.PHONY: run build deps test ci fmt-check vet unit istio e2e bench loadgen fuzz soak faults compose clean
 
 ## run: the service on its embedded default (in-memory store, example config); no Redis needed
 run:
@@ -18,7 +18,7 @@ deps:
 	./scripts/deps.sh
 
 ## test: the whole suite: format, vet, unit and integration tests (race detector), e2e
-test: deps fmt-check vet unit istio e2e
+test: deps fmt-check vet unit istio e2e compose
 
 ci: test
 
@@ -41,7 +41,11 @@ istio:
 	cd istio && ./test.sh
 
 e2e:
-	@if [ -f e2e/run.sh ]; then ./e2e/run.sh; else echo "e2e: no suite yet"; fi
+	@if [ -f e2e/run.sh ]; then ./e2e/run.sh --ignore=e2e/test_compose.py; else echo "e2e: no suite yet"; fi
+
+## compose: the shipped compose stack built and run by Docker (e2e/test_compose.py), after e2e
+compose:
+	E2E_REPORT_DIR=$(CURDIR)/e2e/report/compose ./e2e/run.sh e2e/test_compose.py
 
 ## bench: the Go benchmarks (figures go to docs/performance.md)
 bench:

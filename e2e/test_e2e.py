@@ -111,7 +111,7 @@ def test_compose_stack_matches_envoy_yaml_and_dockerfile():
     ca_out = next(a.split("=", 1)[1] for a in mock["command"] if a.startswith("-tls-ca-out="))
     trust_volume = next(v for v in mock["volumes"] if v.endswith(":" + str(Path(ca_out).parent)))
     assert Path(ca_out).name == bundle.name
-    assert f"{trust_volume.split(':')[0]}:{bundle.parent}:ro" in over["services"]["envoy"]["volumes"]
+    assert f"{trust_volume.split(':')[0]}:{bundle.parent}:ro,nocopy" in over["services"]["envoy"]["volumes"]
     # Every flag the compose files pass to the mock exists.
     help_text = subprocess.run([str(h.BIN / "mockprovider"), "-h"], capture_output=True, text=True).stderr
     for a in mock["command"]:

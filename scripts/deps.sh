@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and is missing: redis-server/redis-cli (Debian packages) and
+# Installs what the test suite needs and is missing: redis-server/redis-cli (Debian packages),
 # the project virtualenv ./.venv with the pinned packages of e2e/requirements.txt (the real Envoy
-# binary, the official OpenAI and Anthropic SDKs, tiktoken). Safe to run again: it only installs
-# what is missing or out of date. Without root (or apt-get) it says exactly what to install.
+# binary, the official OpenAI and Anthropic SDKs, tiktoken), and for the compose e2e a running
+# Docker engine (Debian's docker.io), the Docker Compose v2 CLI plugin (built from its Go module)
+# and debootstrap (e2e/compose/standins.sh). Safe to run again: it only installs or starts what is
+# missing or out of date. Without root (or apt-get) it says exactly what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,3 +37,48 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
 	echo "$want" >"$stamp"
 fi
 "$venv/bin/envoy" --version >/dev/null
+
+# --- The compose e2e: a Docker engine, the Compose v2 plugin, debootstrap.
+compose_version=v2.35.1
+pkgs=()
+command -v dockerd >/dev/null 2>&1 || pkgs+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || pkgs+=(debootstrap)
+if [ ${#pkgs[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "deps: installing ${pkgs[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+	else
+		echo "deps: missing ${pkgs[*]}: install Debian's docker.io and debootstrap (sudo apt-get install docker.io debootstrap)" >&2
+		exit 1
+	fi
+fi
+if ! docker info >/dev/null 2>&1; then
+	[ "$(id -u)" = 0 ] || { echo "deps: no Docker engine answers and this is not root: start dockerd" >&2; exit 1; }
+	echo "deps: starting dockerd (log: /var/log/llm-ratelimit-dockerd.log)"
+	setsid dockerd >/var/log/llm-ratelimit-dockerd.log 2>&1 </dev/null &
+	for _ in $(seq 120); do
+		docker info >/dev/null 2>&1 && break
+		sleep 0.5
+	done
+	docker info >/dev/null 2>&1 || { tail -20 /var/log/llm-ratelimit-dockerd.log >&2; echo "deps: dockerd did not start" >&2; exit 1; }
+fi
+# The plugin is built from github.com/docker/compose/v2: `go install` rejects the module's exclude
+# directives, so ./cmd is built inside a copy of the downloaded module. v2.35.1 builds with Go
+# 1.26 and negotiates the API version down to the engine's (Debian's dockerd 20.10: 1.41).
+if ! docker compose version 2>/dev/null | grep -q "$compose_version"; then
+	if [ "$(id -u)" = 0 ]; then plugins=/usr/local/lib/docker/cli-plugins; else plugins=$HOME/.docker/cli-plugins; fi
+	echo "deps: building Docker Compose $compose_version into $plugins"
+	tmp=$(mktemp -d)
+	# Outside the repository: go mod download MODULE@VERSION in a module would add it to go.mod.
+	src=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "github.com/docker/compose/v2@$compose_version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+	[ -d "$src" ] || { echo "deps: go mod download github.com/docker/compose/v2@$compose_version failed" >&2; exit 1; }
+	cp -r "$src/." "$tmp" && chmod -R u+w "$tmp"
+	(cd "$tmp" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
+		-ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$compose_version" \
+		-o "$tmp/docker-compose" ./cmd)
+	mkdir -p "$plugins"
+	install -m 0755 "$tmp/docker-compose" "$plugins/docker-compose"
+	rm -rf "$tmp"
+	docker compose version | grep -q "$compose_version" || { echo "deps: docker compose $compose_version does not run" >&2; exit 1; }
+fi
