@@ -33,7 +33,7 @@ rules:
   - name: chat
     tokens: {limit: 100000000, period: minute}
 `)
-	p := startProc(t, "-config", cfg, "-redis-url", srv.URL(), "-redis-timeout", "2s")
+	p := startProc(t, "-config", cfg, "-redis-url", srv.URL(), "-redis-timeout", "2s", "-check-timeout", "5s")
 	client := authv3.NewAuthorizationClient(p.dial(t))
 	check := func() {
 		if resp, err := client.Check(context.Background(), chatRequest("gpt-4o", 10, nil)); err != nil || resp.GetStatus().GetCode() != 0 {

@@ -53,7 +53,7 @@ rules:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := startProc(t, append([]string{"-config", cfg, "-redis-timeout", "2s"}, tc.args...)...)
+			p := startProc(t, append([]string{"-config", cfg, "-redis-timeout", "2s", "-check-timeout", "5s"}, tc.args...)...)
 			conn := p.dial(t)
 			authz := authv3.NewAuthorizationClient(conn)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -34,7 +34,7 @@ rules:
 	for i := 0; i < 3; i++ {
 		replicas = append(replicas, startProc(t, "-config", cfg, "-redis-url", redis.URL(), "-redis-prefix", "replicas:",
 			// A generous timeout: this test is about atomicity, not about a loaded machine's latency.
-			"-redis-timeout", "2s"))
+			"-redis-timeout", "2s", "-check-timeout", "5s"))
 	}
 
 	var admitted, denied, failed atomic.Int64

@@ -461,7 +461,8 @@ func TestWhoAnswered(t *testing.T) {
 // released then, not after lease_ttl.
 func TestAbortBeforeTheResponseReleasesTheLease(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	mt := NewMetrics(prometheus.NewRegistry())
+	e := newEnvWith(t, nil, func(o *Options) { o.Metrics = mt })
 	r := e.reserve(t, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := e.client.Process(ctx)
@@ -472,6 +473,20 @@ func TestAbortBeforeTheResponseReleasesTheLease(t *testing.T) {
 	m.MetadataContext, m.ObservabilityMode = metadata(r), true
 	if err := st.Send(m); err != nil {
 		t.Fatal(err)
+	}
+	// Envoy's abort comes after the request headers reached the service: cancel once the server
+	// holds the lease (a cancel racing the first message would end a stream it never read).
+	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		var g dto.Metric
+		if err := mt.held.Write(&g); err != nil {
+			t.Fatal(err)
+		}
+		if g.GetGauge().GetValue() == 1 {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatal("the server never read the request headers")
+		}
 	}
 	cancel()
 	deadline := time.Now().Add(10 * time.Second)
