@@ -19,6 +19,8 @@ from pathlib import Path
 
 import openai
 
+import clientnet
+
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
@@ -31,8 +33,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--start-at", type=float, default=0.0, help="Unix time to start at")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--stream-every", type=int, default=3, help="every n-th call of a thread streams (0: never)")
-    ap.add_argument("--tenant", default="")
-    ap.add_argument("--priority", default="")
+    ap.add_argument("--source", default="", help="local address to connect from (the shipped envoy.yaml names the tenant by it)")
+    ap.add_argument("--tenant", default="", help="x-tenant-id header to send (the shipped envoy.yaml removes it)")
+    ap.add_argument("--priority", default="", help="x-llm-priority header to send (the shipped envoy.yaml removes it)")
     ap.add_argument("--pace", type=float, default=0.0, help="seconds between the starts of a thread's calls")
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--ramp", type=float, default=0.0, help="each thread starts after a random delay up to this")
@@ -56,7 +59,8 @@ def main(argv: list[str]) -> int:
         default_headers=headers,
         # Plain HTTP to Envoy: no TLS, so no CA bundle to load (building the two default SSL
         # contexts cost 1.4 s of CPU per process, all three processes at once on 2 cores).
-        http_client=openai.DefaultHttpx2Client(proxy=a.proxy, trust_env=False, verify=False),
+        http_client=openai.DefaultHttpx2Client(
+            transport=clientnet.transport(a.proxy, a.source or None)),
     )
 
     lock = threading.Lock()

@@ -322,6 +322,11 @@ def control(workdir: Path, duration: float = 30.0) -> dict:
 # 3. Tenants
 
 
+# The tenants' addresses: Envoy's listener is on 127.0.0.1, and every 127/8 address is this host's.
+FLOOD, QUIET = "127.0.0.11", "127.0.0.12"
+BATCH, INTERACTIVE = "127.0.0.21", "127.0.0.22"
+
+
 def tenants(workdir: Path, duration: float = 40.0) -> dict:
     name = "tenants"
     share = 12000
@@ -337,8 +342,9 @@ def tenants(workdir: Path, duration: float = 40.0) -> dict:
                     ["-mode", "token_bucket", "-openai-tpm", "40000", "-latency", "300ms", "-completion-tokens", "12"])
     try:
         stack.up()
-        python = [{"key": "sk-tenant-flood", "tenant": "flood", "threads": 6, "max_tokens": 256, "model": OPENAI_MODEL}]
-        go = [{"provider": "openai", "key": "sk-tenant-quiet", "tenant": "quiet", "workers": 1, "max_tokens": 100,
+        # The shipped envoy.yaml names the tenant by the client's address: one per tenant.
+        python = [{"key": "sk-tenant-flood", "source": FLOOD, "threads": 6, "max_tokens": 256, "model": OPENAI_MODEL}]
+        go = [{"provider": "openai", "key": "sk-tenant-quiet", "source": QUIET, "workers": 1, "max_tokens": 100,
                "model": OPENAI_MODEL, "pace": "3s", "stream_every": 0}]
         summaries = run_load(stack, name, duration, python, go)
         records = h.read_jsonl(stack.records_path)
@@ -353,9 +359,9 @@ def tenants(workdir: Path, duration: float = 40.0) -> dict:
                          # The share is the limiter's (no margin): replayed on the mock's clock,
                          # forgive 250 ms of debit-to-arrival jitter.
                          "violations": rpt.token_bucket_violations(flood, share, PERIOD, jitter=0.25)[:10],
-                         "denials": sum(1 for e in log if e.get("tenant") == tenant_hash("flood") and e.get("status") == 429)},
+                         "denials": sum(1 for e in log if e.get("tenant") == tenant_hash(FLOOD) and e.get("status") == 429)},
                "quiet": {"admitted_tokens": sum(c for _, c in quiet), "calls": summaries[1]["calls"], "ok": summaries[1]["ok"],
-                         "denials": sum(1 for e in log if e.get("tenant") == tenant_hash("quiet") and e.get("status") == 429)}}
+                         "denials": sum(1 for e in log if e.get("tenant") == tenant_hash(QUIET) and e.get("status") == 429)}}
         if flood:
             out["chart"] = str(rpt.svg_chart(name, f"{name}: a flooding tenant against its {share}/min share; the quiet tenant unharmed",
                                              [{"label": "flood", "color": "#e74c3c", "adm": flood},
@@ -378,14 +384,16 @@ def priority(workdir: Path, duration: float = 40.0) -> dict:
     match: {{provider: openai}}
     per: [model]
     tokens: {{limit: {limit}, period: minute}}"""
-    prio = "{header: x-llm-priority, default: interactive, classes: {interactive: {floor: 0}, batch: {floor: 0.3}}}"
-    stack = h.Stack(name, workdir / name, limits_yaml(rules, priority=prio),
+    # The class follows the tenant, which the shipped envoy.yaml names by the client's address.
+    prio = ("{header: x-llm-priority, default: interactive, classes: {interactive: {floor: 0}, batch: {floor: 0.3}}, "
+            f"tenants: [{{tenant: '{BATCH}', class: batch}}]}}")
+    stack = h.Stack(name, workdir / name, limits_yaml(rules, tenant="{source: header, header: x-tenant-id, default: default}", priority=prio),
                     ["-mode", "token_bucket", "-openai-tpm", str(int(limit / MARGIN)), "-latency", "300ms",
                      "-completion-tokens", "12"])
     try:
         stack.up()
-        python = [{"key": "sk-prio-batch", "priority": "batch", "threads": 6, "max_tokens": 256, "model": OPENAI_MODEL}]
-        go = [{"provider": "openai", "key": "sk-prio-interactive", "priority": "interactive", "workers": 1,
+        python = [{"key": "sk-prio-batch", "source": BATCH, "threads": 6, "max_tokens": 256, "model": OPENAI_MODEL}]
+        go = [{"provider": "openai", "key": "sk-prio-interactive", "source": INTERACTIVE, "workers": 1,
                "max_tokens": 100, "model": OPENAI_MODEL, "pace": "4s", "stream_every": 0}]
         summaries = run_load(stack, name, duration, python, go)
         records = h.read_jsonl(stack.records_path)

@@ -147,6 +147,7 @@ func TestBrokenCrossChecks(t *testing.T) {
 		errs = append(errs, checkProvider(m, w, listenerBuffer(patches, ctx))...)
 		errs = append(errs, checkRouteLimits(patches, w, m)...)
 		errs = append(errs, checkCustomPolicies(objs)...)
+		errs = append(errs, checkIdentity(w, patches, ctx)...)
 		errs = append(errs, path(objs, patches)...)
 		errs = append(errs, checkParity(std, m, patches, dir == "overlays/egress-gateway")...)
 		return errs
@@ -200,6 +201,22 @@ func TestBrokenCrossChecks(t *testing.T) {
 					c.Env[i] = corev1.EnvVar{Name: "REDIS_URL", Value: "redis://:secret@redis:6379"}
 				}
 			}
+		}},
+		{"egress tenant from a client header", egress, "tenant.source header: the application can send any tenant", func(o []object, _ *mesh) {
+			cm := find[*corev1.ConfigMap](o)[0]
+			cm.Data["limits.yaml"] = strings.Replace(cm.Data["limits.yaml"], "source: principal", "source: header\n  header: x-tenant-id", 1)
+		}},
+		{"egress class from a client header", egress, "priority.header x-llm-priority: the application can name any class", func(o []object, _ *mesh) {
+			cm := find[*corev1.ConfigMap](o)[0]
+			cm.Data["limits.yaml"] = strings.Replace(cm.Data["limits.yaml"], "priority:\n", "priority:\n  header: x-llm-priority\n", 1)
+		}},
+		{"egress keeps the client's x-envoy-auth headers", egress, "removes the client's x-envoy-auth-* headers", func(o []object, _ *mesh) {
+			ps := envoyFilters(o)[0].Spec.ConfigPatches
+			envoyFilters(o)[0].Spec.ConfigPatches = ps[:len(ps)-1]
+		}},
+		{"ambient keeps the client's x-envoy-auth headers", ambient, "removes the client's x-envoy-auth-* headers", func(o []object, _ *mesh) {
+			ps := envoyFilters(o)[0].Spec.ConfigPatches
+			envoyFilters(o)[0].Spec.ConfigPatches = ps[:len(ps)-1]
 		}},
 		{"invalid limits in the ConfigMap", egress, "tenant.source", func(o []object, _ *mesh) {
 			cm := find[*corev1.ConfigMap](o)[0]

@@ -22,6 +22,7 @@ import (
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyhmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -576,6 +577,49 @@ func checkRouteLimits(patches []patch, w *workload, m mesh) []error {
 		if rt.Rule != nil && rt.Rule.Per&config.PerTenant != 0 && w.Limits.File.Tenant.Source == "none" {
 			errs = append(errs, fmt.Errorf("EnvoyFilter %s/%s: limit per tenant, but the limits file has tenant.source none", p.Filter.Namespace, p.Filter.Name))
 		}
+	}
+	return errs
+}
+
+// checkIdentity: no identity comes from a header the application can send (the mesh passes the
+// client's headers on: tenant.source is not header, and no priority.header), and a patch of the
+// HTTP connection manager removes the client's x-envoy-auth-* headers before any filter, as
+// envoy.yaml does, so that no client forges the fail-open or partial-body marks.
+func checkIdentity(w *workload, patches []patch, context apinetworking.EnvoyFilter_PatchContext) []error {
+	var errs []error
+	if w.Limits != nil {
+		if src := w.Limits.File.Tenant.Source; src == "header" {
+			errs = append(errs, fmt.Errorf("limits file: tenant.source %s: the application can send any tenant", src))
+		}
+		if h := w.Limits.File.Priority.Header; h != "" {
+			errs = append(errs, fmt.Errorf("limits file: priority.header %s: the application can name any class", h))
+		}
+	}
+	removes := false
+	for _, p := range patches {
+		f, ok := p.Value.(*listenerv3.Filter)
+		if !ok || p.Patch.GetMatch().GetContext() != context || f.GetTypedConfig() == nil {
+			continue
+		}
+		var hcm hcmv3.HttpConnectionManager
+		if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+			errs = append(errs, fmt.Errorf("EnvoyFilter %s/%s: NETWORK_FILTER typed_config is not an HttpConnectionManager: %w", p.Filter.Namespace, p.Filter.Name, err))
+			continue
+		}
+		for _, ext := range hcm.GetEarlyHeaderMutationExtensions() {
+			var hm earlyhmv3.HeaderMutation
+			if ext.GetTypedConfig().UnmarshalTo(&hm) != nil {
+				continue
+			}
+			for _, m := range hm.GetMutations() {
+				if pre := m.GetRemoveOnMatch().GetKeyMatcher().GetPrefix(); pre == "x-envoy-auth-" || pre == "x-envoy-" {
+					removes = true
+				}
+			}
+		}
+	}
+	if !removes {
+		errs = append(errs, errors.New("no EnvoyFilter patch removes the client's x-envoy-auth-* headers (early_header_mutation_extensions)"))
 	}
 	return errs
 }

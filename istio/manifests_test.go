@@ -138,6 +138,7 @@ func TestOverlays(t *testing.T) {
 				report(t, "parity", checkParity(std, m, patches, c.routes))
 			}
 			report(t, "AuthorizationPolicy", checkCustomPolicies(objs))
+			report(t, "identity", checkIdentity(w, patches, c.context))
 			report(t, dir, c.path(objs, patches))
 			report(t, "namespaces", checkNamespaces(objs))
 		})

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -72,12 +73,12 @@ type Summary struct {
 }
 
 type options struct {
-	proxy, provider, model, key, tenant, priority, promptsPath, out, name string
-	workers, streamEvery, maxRetries                                      int
-	maxTokens                                                             int64
-	duration, timeout, pace, ramp                                         time.Duration
-	startAt                                                               float64
-	offset                                                                int
+	proxy, provider, model, key, tenant, priority, source, promptsPath, out, name string
+	workers, streamEvery, maxRetries                                              int
+	maxTokens                                                                     int64
+	duration, timeout, pace, ramp                                                 time.Duration
+	startAt                                                                       float64
+	offset                                                                        int
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -88,8 +89,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.provider, "provider", "openai", "openai or anthropic")
 	fs.StringVar(&o.model, "model", "gpt-4o-mini", "model to call")
 	fs.StringVar(&o.key, "key", "sk-e2e", "API key (the mock records it: name the client in it)")
-	fs.StringVar(&o.tenant, "tenant", "", "x-tenant-id header (empty: none)")
-	fs.StringVar(&o.priority, "priority", "", "x-llm-priority header (empty: none)")
+	fs.StringVar(&o.source, "source", "", "local address to connect from, e.g. 127.0.0.12 (the shipped envoy.yaml names the tenant by it)")
+	fs.StringVar(&o.tenant, "tenant", "", "x-tenant-id header to send (empty: none; the shipped envoy.yaml removes it)")
+	fs.StringVar(&o.priority, "priority", "", "x-llm-priority header to send (empty: none; the shipped envoy.yaml removes it)")
 	fs.StringVar(&o.promptsPath, "prompts", "e2e/prompts.json", "prompts file")
 	fs.StringVar(&o.out, "out", "", "write the JSON summary here (default: stdout)")
 	fs.StringVar(&o.name, "name", "goclient", "client name in the summary")
@@ -121,8 +123,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(raw, &pf); err != nil || len(pf.Prompts) == 0 {
 		return fmt.Errorf("%s: no prompts (%v)", o.promptsPath, err)
 	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if o.source != "" {
+		ip := net.ParseIP(o.source)
+		if ip == nil {
+			return fmt.Errorf("-source %q is not an IP address", o.source)
+		}
+		dialer.LocalAddr = &net.TCPAddr{IP: ip}
+	}
 	hc := &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyURL(proxyURL),
+		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: o.workers,
 	}}
 	var call func(ctx context.Context, p Prompt, stream bool) (usage bool, err error)
