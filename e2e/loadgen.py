@@ -1,8 +1,9 @@
-"""One OS process of Python workers calling through Envoy with the official openai SDK: a thread
-pool sharing one client, like Celery or Gunicorn workers. Each call relies on the SDK's own
-retries (max_retries=2 by default, honouring retry-after-ms); a call ends in success, a clean
-openai.RateLimitError, a 413 (APIStatusError) or anything else, which is counted as an error
-with samples. Writes a JSON summary shaped like e2e/goclient's.
+"""One OS process of Python workers calling through Envoy with the official openai SDK (or, with
+--provider anthropic, the anthropic SDK): a thread pool sharing one client, like Celery or
+Gunicorn workers. Each call relies on the SDK's own retries (max_retries=2 by default, honouring
+retry-after-ms); a call ends in success, a clean rate-limit error, a 413 (APIStatusError) or
+anything else, which is counted as an error with samples. Writes a JSON summary shaped like
+e2e/goclient's, with the times the first and the last successful call ended.
 
     python e2e/loadgen.py --proxy http://127.0.0.1:PORT --key sk-py0 --threads 4 --duration 75
 """
@@ -17,9 +18,24 @@ import threading
 import time
 from pathlib import Path
 
+import anthropic
 import openai
 
 import clientnet
+
+# Text appended to a prompt by --pad-bytes: ordinary words, numbered so that no two lines are alike.
+_PAD_LINE = "Line {i}: the quarterly report lists revenue, costs and the outlook for each region.\n"
+
+
+def _padded(text: str, n: int) -> str:
+    lines, i = [text, "\n"], 0
+    size = len(text) + 1
+    while size < n:
+        line = _PAD_LINE.format(i=i)
+        lines.append(line)
+        size += len(line)
+        i += 1
+    return "".join(lines)
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +43,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--proxy", required=True, help="Envoy's listener, used as an HTTP proxy")
     ap.add_argument("--key", default="sk-e2e-python")
     ap.add_argument("--name", default="python")
+    ap.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
     ap.add_argument("--model", default="gpt-4o-mini")
+    ap.add_argument("--pad-bytes", type=int, default=0, help="pad each user prompt with words to this many bytes")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--duration", type=float, default=60.0, help="start no call after this many seconds")
     ap.add_argument("--start-at", type=float, default=0.0, help="Unix time to start at")
@@ -51,22 +69,63 @@ def main(argv: list[str]) -> int:
     if a.priority:
         headers["x-llm-priority"] = a.priority
     # Applications reach the provider's host through Envoy as their HTTP proxy.
-    client = openai.OpenAI(
-        api_key=a.key,
-        base_url="http://api.openai.com/v1",
-        max_retries=a.max_retries,
-        timeout=60.0,
-        default_headers=headers,
-        # Plain HTTP to Envoy: no TLS, so no CA bundle to load (building the two default SSL
-        # contexts cost 1.4 s of CPU per process, all three processes at once on 2 cores).
-        http_client=openai.DefaultHttpx2Client(
-            transport=clientnet.transport(a.proxy, a.source or None)),
-    )
+    if a.provider == "openai":
+        client = openai.OpenAI(
+            api_key=a.key,
+            base_url="http://api.openai.com/v1",
+            max_retries=a.max_retries,
+            timeout=60.0,
+            default_headers=headers,
+            # Plain HTTP to Envoy: no TLS, so no CA bundle to load (building the two default SSL
+            # contexts cost 1.4 s of CPU per process, all three processes at once on 2 cores).
+            http_client=openai.DefaultHttpx2Client(
+                transport=clientnet.transport(a.proxy, a.source or None)),
+        )
+        rate_limited = openai.RateLimitError
+        status_error = openai.APIStatusError
+    else:
+        if a.source:
+            ap.error("--source is for --provider openai")
+        client = anthropic.Anthropic(
+            api_key=a.key,
+            base_url="http://api.anthropic.com",
+            max_retries=a.max_retries,
+            timeout=60.0,
+            default_headers=headers,
+            http_client=anthropic.DefaultHttpxClient(proxy=a.proxy, trust_env=False, verify=False),
+        )
+        rate_limited = anthropic.RateLimitError
+        status_error = anthropic.APIStatusError
+
+    def call(msgs: list[dict], stream: bool) -> bool:
+        """One call; True when a streamed answer's last event carried the usage."""
+        if a.provider == "anthropic":
+            system = [m["content"] for m in msgs if m["role"] == "system"]
+            kw = {"system": system[0]} if system else {}
+            user = [m for m in msgs if m["role"] != "system"]
+            if stream:
+                with client.messages.stream(model=a.model, max_tokens=a.max_tokens, messages=user, **kw) as st:
+                    for _ in st:
+                        pass
+                    return st.get_final_message().usage.input_tokens > 0
+            client.messages.create(model=a.model, max_tokens=a.max_tokens, messages=user, **kw)
+            return False
+        if stream:
+            usage = False
+            st = client.chat.completions.create(model=a.model, messages=msgs, max_tokens=a.max_tokens,
+                                                stream=True, stream_options={"include_usage": True})
+            for chunk in st:
+                if chunk.usage is not None and chunk.usage.prompt_tokens > 0:
+                    usage = True
+            return usage
+        client.chat.completions.create(model=a.model, messages=msgs, max_tokens=a.max_tokens)
+        return False
 
     lock = threading.Lock()
-    s = {"client": a.name, "provider": "openai", "model": a.model, "key": a.key, "max_tokens": a.max_tokens,
+    s = {"client": a.name, "provider": a.provider, "model": a.model, "key": a.key, "max_tokens": a.max_tokens,
          "workers": a.threads, "calls": 0, "ok": 0, "rate_limited": 0, "too_large": 0, "errors": 0,
-         "error_samples": [], "calls_by_prompt": {}, "ok_by_prompt": {}, "streamed": 0, "stream_usage": 0}
+         "error_samples": [], "calls_by_prompt": {}, "ok_by_prompt": {}, "streamed": 0, "stream_usage": 0,
+         "first_ok": None, "last_ok": None}
     # streamed: successful streamed calls; stream_usage: those whose last chunk carried the usage.
 
     if a.start_at > 0:
@@ -84,21 +143,15 @@ def main(argv: list[str]) -> int:
             idx = (a.offset + w * 5 + i) % len(prompts)
             p = prompts[idx]
             stream = a.stream_every > 0 and i % a.stream_every == a.stream_every - 1
+            user = _padded(p["user"], a.pad_bytes) if a.pad_bytes else p["user"]
             msgs = ([{"role": "system", "content": p["system"]}] if p.get("system") else []) + \
-                   [{"role": "user", "content": p["user"]}]
+                   [{"role": "user", "content": user}]
             outcome, usage, err = "ok", False, None
             try:
-                if stream:
-                    st = client.chat.completions.create(model=a.model, messages=msgs, max_tokens=a.max_tokens,
-                                                        stream=True, stream_options={"include_usage": True})
-                    for chunk in st:
-                        if chunk.usage is not None and chunk.usage.prompt_tokens > 0:
-                            usage = True
-                else:
-                    client.chat.completions.create(model=a.model, messages=msgs, max_tokens=a.max_tokens)
-            except openai.RateLimitError:
+                usage = call(msgs, stream)
+            except rate_limited:
                 outcome = "rate_limited"
-            except openai.APIStatusError as e:
+            except status_error as e:
                 outcome = "too_large" if e.status_code == 413 else "errors"
                 err = f"{type(e).__name__} {e.status_code}: {e.message}"
             except Exception as e:  # noqa: BLE001 - every other ending is counted and shown
@@ -109,6 +162,9 @@ def main(argv: list[str]) -> int:
                 s[outcome] += 1
                 if outcome == "ok":
                     s["ok_by_prompt"][str(idx)] = s["ok_by_prompt"].get(str(idx), 0) + 1
+                    now = time.time()
+                    s["first_ok"] = now if s["first_ok"] is None else s["first_ok"]
+                    s["last_ok"] = now
                 if stream and outcome == "ok":
                     s["streamed"] += 1
                     s["stream_usage"] += int(usage)

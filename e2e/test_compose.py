@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -303,6 +304,57 @@ def test_scaled_to_three_replicas_under_load(stack):
             t.join()
     assert set(results) <= {"ok", "rate_limited"}, {r: results.count(r) for r in set(results)}
     compose("up", "-d", "--no-deps", "--wait", "--scale", "ext-authz=2", "ext-authz", timeout=120)
+
+
+# The SDK load: Anthropic's organisation budget (internal/config/example.yaml: 40,000 tokens a
+# minute, no per-tenant share) against the mock's 41,000 per model (docker-compose.override.yaml),
+# a token bucket on both sides. max_tokens equals the mock's answer length (its default
+# -completion-tokens, 16), so what is reserved is what is used, and prompts padded to about
+# 1,600 tokens make the token budget bind before the 50 requests a minute.
+LOAD_S = 75.0
+LOAD_MODEL = "claude-sonnet-4-5"  # used by no other test here: the mock's bucket for it is full
+MOCK_ANTHROPIC_TPM = 41000
+
+
+def _load(tmp: Path, name: str, provider: str, model: str, threads: int, pad: int, start_at: float) -> subprocess.Popen:
+    argv = [sys.executable, str(ROOT / "e2e" / "loadgen.py"), "--proxy", PROXY, "--provider", provider,
+            "--model", model, "--key", f"sk-compose-{name}", "--name", name, "--threads", str(threads),
+            "--max-tokens", "16", "--pad-bytes", str(pad), "--duration", str(LOAD_S),
+            "--start-at", f"{start_at:.3f}", "--stream-every", "3", "--out", str(tmp / f"{name}.json")]
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / f"{name}.log", "w"))
+
+
+def test_sdk_load_uses_the_allowance_without_provider_429s(stack, tmp_path):
+    """Several processes of the official SDKs on the host, far above the budgets for 75 s: the
+    provider refuses nothing, and the Anthropic calls admitted use at least 95% of what the
+    provider allows over the span of their admissions."""
+    before = mock_stats()["providers"]
+    start_at = time.time() + 3
+    procs = {f"anthropic-{i}": _load(tmp_path, f"anthropic-{i}", "anthropic", LOAD_MODEL, 4, 6000, start_at)
+             for i in range(3)}
+    procs["openai-0"] = _load(tmp_path, "openai-0", "openai", "gpt-4o-mini", 4, 3000, start_at)
+    for name, p in procs.items():
+        assert p.wait(timeout=LOAD_S + 240) == 0, (name, (tmp_path / f"{name}.log").read_text()[-3000:])
+    after = mock_stats()["providers"]
+    runs = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in procs}
+    for n, r in runs.items():
+        # Every call ends in success or a clean rate-limit error (the limiter's, after the SDK's
+        # retries honoured its retry-after).
+        assert r["errors"] == 0 and r["too_large"] == 0, (n, r["error_samples"])
+        assert r["ok"] > 0, (n, r)
+    for prov in ("anthropic", "openai"):
+        assert after[prov]["rate_limited"] == before.get(prov, {}).get("rate_limited", 0), (prov, before, after)
+    anth = [r for n, r in runs.items() if n.startswith("anthropic")]
+    # An answer ends about the mock's latency (0.3 s) after its admission: the span of the
+    # admissions is that of the successful calls' ends.
+    span = max(r["last_ok"] for r in anth) - min(r["first_ok"] for r in anth)
+    admitted = after["anthropic"]["admitted_tokens"] - before.get("anthropic", {}).get("admitted_tokens", 0)
+    allowance = MOCK_ANTHROPIC_TPM + MOCK_ANTHROPIC_TPM / 60 * span
+    offered = sum(r["calls"] for r in anth)
+    print(f"compose SDK load: anthropic admitted {admitted} tokens over {span:.1f} s, "
+          f"{admitted / allowance:.3f} of the provider's allowance {allowance:.0f}; "
+          f"{offered} calls, {sum(r['ok'] for r in anth)} ok; openai ok {runs['openai-0']['ok']}")
+    assert admitted >= 0.95 * allowance, (admitted, allowance, span)
 
 
 def test_limiter_answers_429_before_the_provider(stack):
