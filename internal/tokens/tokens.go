@@ -1,56 +1,30 @@
 package tokens
 
-// Provider is the LLM provider family a request is addressed to.
-type Provider uint8
+import "github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 
+// Provider is the LLM provider a request is addressed to (internal/provider names them).
+type Provider = provider.ID
+
+// The providers, as Recognize returns them.
 const (
-	UnknownProvider Provider = iota
-	OpenAI
-	AzureOpenAI
-	Anthropic
+	UnknownProvider = provider.Unknown
+	OpenAI          = provider.OpenAI
+	AzureOpenAI     = provider.Azure
+	Anthropic       = provider.Anthropic
 )
 
-// String returns a stable name used in configuration, logs and metrics.
-func (p Provider) String() string {
-	switch p {
-	case OpenAI:
-		return "openai"
-	case AzureOpenAI:
-		return "azure"
-	case Anthropic:
-		return "anthropic"
-	}
-	return "unknown"
-}
+// API is the kind of endpoint a request calls (internal/provider names them).
+type API = provider.API
 
-// API is the kind of endpoint a request calls.
-type API uint8
-
+// The APIs, as Recognize returns them.
 const (
-	UnknownAPI API = iota
-	ChatCompletions
-	Completions
-	Responses
-	Embeddings
-	Messages
+	UnknownAPI      = provider.UnknownAPI
+	ChatCompletions = provider.ChatCompletions
+	Completions     = provider.Completions
+	Responses       = provider.Responses
+	Embeddings      = provider.Embeddings
+	Messages        = provider.Messages
 )
-
-// String returns a stable name used in configuration, logs and metrics.
-func (a API) String() string {
-	switch a {
-	case ChatCompletions:
-		return "chat_completions"
-	case Completions:
-		return "completions"
-	case Responses:
-		return "responses"
-	case Embeddings:
-		return "embeddings"
-	case Messages:
-		return "messages"
-	}
-	return "unknown"
-}
 
 // Input is what pricing reads of one HTTP request. It does not retain any of it.
 type Input struct {
