@@ -24,7 +24,7 @@
 //     the deployment name itself), never the body's; /openai/v1/... with the model in the body.
 //   - Anthropic /v1/chat/completions on api.anthropic.com (its OpenAI SDK compatibility
 //     layer): the OpenAI chat body, priced with the Anthropic estimate; Anthropic for every
-//     rule, answered in OpenAI's format (Estimate.AnthropicDialect is false).
+//     rule, answered in OpenAI's format (internal/provider/anthropic).
 //   - Anthropic /v1/messages: system as a string or blocks, content blocks (text, image,
 //     tool_use, tool_result, thinking, documents), tools, max_tokens.
 //   - OpenAI-compatible servers (vLLM, LiteLLM, ...) on the same paths, also under a prefix

@@ -60,8 +60,8 @@ func TestEstimateByHost(t *testing.T) {
 	if openai.Provider != OpenAI || compat.Provider != Anthropic || compat.API != ChatCompletions {
 		t.Fatalf("providers %v, %v", openai.Provider, compat.Provider)
 	}
-	if compat.Reason != ReasonAnthropicEstimate || compat.OutputTokens != 50 || compat.AnthropicDialect() {
-		t.Errorf("compat estimate %+v: want anthropic_estimate, 50 output, OpenAI dialect", compat)
+	if compat.Reason != ReasonAnthropicEstimate || compat.OutputTokens != 50 {
+		t.Errorf("compat estimate %+v: want anthropic_estimate, 50 output", compat)
 	}
 	// Anthropic's estimate of the same text is above the chat rule's count (factor 2 on an
 	// unknown Claude model, plus the Messages overheads).

@@ -168,8 +168,3 @@ const (
 	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
 	ReasonInternal Reason = "internal"
 )
-
-// AnthropicDialect reports whether the request speaks Anthropic's own API (the Messages API),
-// whose SDK reads Anthropic's error body. Every other priced API, Anthropic's OpenAI-compatible
-// endpoint included, is answered in OpenAI's format, which the OpenAI SDK reads.
-func (e *Estimate) AnthropicDialect() bool { return e.API == Messages }
