@@ -64,7 +64,9 @@ func TestBudget(t *testing.T) {
 			"anthropic-ratelimit-input-tokens-remaining": "1"}, provider.Budget{Remaining: 4000, Limit: 10000}, true},
 		{map[string]string{"anthropic-ratelimit-input-tokens-remaining": "5000", "anthropic-ratelimit-input-tokens-limit": "10000"},
 			provider.Budget{Remaining: 5000, Limit: 10000}, true},
-		{map[string]string{"x-ratelimit-remaining-tokens": "5"}, provider.Budget{}, false},
+		// The compatibility endpoint speaks OpenAI's dialect.
+		{map[string]string{"x-ratelimit-remaining-tokens": "5", "anthropic-ratelimit-tokens-remaining": "4000"}, provider.Budget{Remaining: 5}, true},
+		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Budget{}, false},
 	} {
 		get := func(k string) (string, bool) { v, ok := tc.hdrs[k]; return v, ok }
 		if got, ok := (Dialect{}).Budget(get); got != tc.want || ok != tc.ok {

@@ -6,6 +6,7 @@
 // the compatibility endpoint's OpenAI usage) and which rate-limit headers it sends back.
 //
 // Dialect is its provider.Dialect, a stateless value safe for concurrent use. It imports
-// internal/provider, and internal/provider/openai for the compatibility endpoint's error format;
-// it must never import internal/filter, internal/reconcile or internal/tokens (they consume it).
+// internal/provider, and internal/provider/openai for the compatibility endpoint's error body
+// and headers; it must never import internal/filter, internal/reconcile or internal/tokens (they
+// consume it).
 package anthropic

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
 // rawUsage is the Messages API's usage (input_tokens, output_tokens and the cache_*_input_tokens
@@ -54,10 +55,14 @@ func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
 	}, true
 }
 
-// Budget reads the anthropic-ratelimit-tokens-* headers, which show the most restrictive limit
-// in effect, else the input-tokens ones (the budget a prompt takes first;
+// Budget reads OpenAI's x-ratelimit-*-tokens headers, for the compatibility endpoint, which
+// speaks OpenAI's dialect; else the anthropic-ratelimit-tokens-* headers, which show the most
+// restrictive limit in effect; else the input-tokens ones (the budget a prompt takes first;
 // https://docs.anthropic.com/en/api/rate-limits#response-headers).
 func (Dialect) Budget(get func(string) (string, bool)) (provider.Budget, bool) {
+	if b, ok := (openai.Dialect{}).Budget(get); ok {
+		return b, true
+	}
 	for _, k := range [...][2]string{
 		{"anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit"},
 		{"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-limit"},
