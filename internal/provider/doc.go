@@ -5,8 +5,9 @@
 //
 // Each family lives in its own package below this one (internal/provider/openai: OpenAI and its
 // Azure dialect; internal/provider/anthropic: the Messages API and Anthropic's OpenAI-compatible
-// endpoint), and internal/provider/dialects is the one place that maps an ID to its Dialect.
-// Adding a family is adding its package, with its fixtures, an ID here and a line there.
+// endpoint), each with the hosts and paths that recognise its requests, and
+// internal/provider/dialects is the one place that maps an ID to its Dialect and a request to its
+// ID. Adding a family is adding its package, with its fixtures, an ID here and its lines there.
 //
 // Everything here is a plain value or a stateless method, safe for concurrent use. It must never
 // import another package of this module: every other one may import it.

@@ -5,7 +5,7 @@ import "github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 // Provider is the LLM provider a request is addressed to (internal/provider names them).
 type Provider = provider.ID
 
-// The providers, as Recognize returns them.
+// The providers, as internal/provider/dialects.Recognize returns them.
 const (
 	UnknownProvider = provider.Unknown
 	OpenAI          = provider.OpenAI
@@ -16,7 +16,7 @@ const (
 // API is the kind of endpoint a request calls (internal/provider names them).
 type API = provider.API
 
-// The APIs, as Recognize returns them.
+// The APIs, as internal/provider/dialects.Recognize returns them.
 const (
 	UnknownAPI      = provider.UnknownAPI
 	ChatCompletions = provider.ChatCompletions
@@ -29,7 +29,7 @@ const (
 // Input is what pricing reads of one HTTP request. It does not retain any of it.
 type Input struct {
 	// Host is the request's host (Envoy's :authority), in any case, with or without a port; ""
-	// when unknown. It decides the provider before the path does (see Recognize).
+	// when unknown. It decides the provider before the path does (internal/provider/dialects.Recognize).
 	Host string
 	// Path is the request path including the query string (Envoy's :path).
 	Path string
