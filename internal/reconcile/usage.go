@@ -66,7 +66,8 @@ func (p *parser) line(l []byte) {
 }
 
 // decode reads one document's usage and folds it into the usage so far: a stream's last report
-// wins field by field (provider.Usage.Merge).
+// wins field by field (provider.Usage.Merge). The dialect bounds each count (provider.Count);
+// Settlement.bound then bounds the whole.
 func (p *parser) decode(data []byte) {
 	d := p.dialect
 	if d == nil {
