@@ -18,6 +18,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -228,7 +229,7 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	if i := strings.IndexByte(r.path, '?'); i >= 0 {
 		r.path = r.path[:i]
 	}
-	// The host decides the provider (tokens.Recognize). It is read in place: pricing does not
+	// The host decides the provider (dialects.Recognize). It is read in place: pricing does not
 	// keep it.
 	r.in.Host = w.host
 	if r.in.Host == "" {
@@ -394,7 +395,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 			f.log.Debug("identity header given more than once", zap.String("reason", string(reasonDuplicateIdentity)),
 				zap.String("header", ie.header))
 			var est tokens.Estimate
-			est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
+			est.Provider, est.API, _ = dialects.Recognize(r.in.Host, r.path)
 			return f.finish(start, &est, nil, badIdentityResponse(&est, ie.header)), nil
 		}
 		// A route whose context_extensions are invalid: the operator's mistake, answered 500 in
@@ -402,7 +403,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		f.m.error(reasonBadRoute)
 		f.log.Warn("invalid route context_extensions", zap.String("reason", string(reasonBadRoute)), zap.Error(err))
 		var est tokens.Estimate
-		est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
+		est.Provider, est.API, _ = dialects.Recognize(r.in.Host, r.path)
 		return f.finish(start, &est, nil, badRouteResponse(&est, err)), nil
 	}
 

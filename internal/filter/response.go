@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
@@ -198,39 +199,9 @@ func deniedResponse(code codes.Code, httpStatus typev3.StatusCode, hdrs []*corev
 }
 
 // errorBody renders an error in the format of the API the client called, which its SDK parses:
-// OpenAI {"error": {"message", "type", "param", "code"}} (OpenAI, Azure, and Anthropic's
-// OpenAI-compatible endpoint, whose client is the OpenAI SDK) and Anthropic
-// {"type": "error", "error": {"type", "message"}} (the Messages API).
-func errorBody(est *tokens.Estimate, openaiType, openaiCode, anthropicType, msg string) []byte {
-	var v any
-	if est.AnthropicDialect() {
-		v = struct {
-			Type  string `json:"type"`
-			Error struct {
-				Type    string `json:"type"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}{Type: "error", Error: struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		}{anthropicType, msg}}
-	} else {
-		v = struct {
-			Error struct {
-				Message string  `json:"message"`
-				Type    string  `json:"type"`
-				Param   *string `json:"param"`
-				Code    string  `json:"code"`
-			} `json:"error"`
-		}{Error: struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		}{Message: msg, Type: openaiType, Code: openaiCode}}
-	}
-	b, _ := json.Marshal(v) // cannot fail: fixed types of strings
-	return b
+// the dialect of the request's provider decides it (internal/provider/dialects).
+func errorBody(est *tokens.Estimate, e provider.Error) []byte {
+	return dialects.Of(est.Provider).AppendError(nil, est.API, e)
 }
 
 // rateLimitedResponse is the 429 of a denial: Retry-After in whole seconds rounded up and in
@@ -259,7 +230,7 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d%s, Requested %d. Please try again in %s.",
 			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), reserve, requested, resetString(wait))
 	}
-	body := errorBody(est, kind, "rate_limit_exceeded", "rate_limit_error", msg)
+	body := errorBody(est, provider.Error{Class: provider.RateLimited, Limit: kind, Code: "rate_limit_exceeded", Message: msg})
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdrs, body,
 		pl.metadata(est, decisionDenied, wait))
 }
@@ -276,7 +247,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 	}
 	hdrs := pl.headers(res, 2)
 	hdrs = append(hdrs, header("x-should-retry", "false"))
-	body := errorBody(est, "invalid_request_error", "request_too_large", "request_too_large", msg)
+	body := errorBody(est, provider.Error{Class: provider.TooLarge, Code: "request_too_large", Message: msg})
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_PayloadTooLarge, hdrs, body,
 		pl.metadata(est, decisionTooLarge, 0))
 }
@@ -284,16 +255,16 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 // unavailableResponse answers while the store cannot decide and failure.mode denies: 503, which
 // the SDKs retry.
 func unavailableResponse(est *tokens.Estimate, pl *plan) *Answer {
-	body := errorBody(est, "server_error", "rate_limiter_unavailable", "api_error",
-		"The rate limiter cannot reach its store. Please try again shortly.")
+	body := errorBody(est, provider.Error{Class: provider.Unavailable, Code: "rate_limiter_unavailable",
+		Message: "The rate limiter cannot reach its store. Please try again shortly."})
 	hdrs := []*corev3.HeaderValueOption{header("retry-after", "1"), header("x-should-retry", "true")}
 	return deniedResponse(codes.Unavailable, typev3.StatusCode_ServiceUnavailable, hdrs, body, pl.metadata(est, decisionUnavailable, 0))
 }
 
 // badRouteResponse answers a request whose route carries invalid context_extensions: 500.
 func badRouteResponse(est *tokens.Estimate, err error) *Answer {
-	body := errorBody(est, "server_error", "rate_limiter_misconfigured", "api_error",
-		"The rate limiter's route configuration is invalid: "+err.Error())
+	body := errorBody(est, provider.Error{Class: provider.Misconfigured, Code: "rate_limiter_misconfigured",
+		Message: "The rate limiter's route configuration is invalid: " + err.Error()})
 	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
 	return deniedResponse(codes.Internal, typev3.StatusCode_InternalServerError, hdrs, body, (*plan)(nil).metadata(est, decisionBadRoute, 0))
 }
@@ -304,8 +275,8 @@ func badRouteResponse(est *tokens.Estimate, err error) *Answer {
 // https://platform.openai.com/docs/guides/error-codes; Anthropic,
 // https://docs.anthropic.com/en/api/errors. The SDKs do not retry a 400.
 func badIdentityResponse(est *tokens.Estimate, name string) *Answer {
-	body := errorBody(est, "invalid_request_error", string(reasonDuplicateIdentity), "invalid_request_error",
-		"The "+name+" header must be given once: a request names one identity.")
+	body := errorBody(est, provider.Error{Class: provider.InvalidRequest, Code: string(reasonDuplicateIdentity),
+		Message: "The " + name + " header must be given once: a request names one identity."})
 	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
 	return deniedResponse(codes.InvalidArgument, typev3.StatusCode_BadRequest, hdrs, body, (*plan)(nil).metadata(est, decisionBadIdentity, 0))
 }

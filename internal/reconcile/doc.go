@@ -5,7 +5,8 @@
 //   - refunds the reserved-but-unused tokens (rules with refund), or charges the overage (every
 //     rule), from the usage the provider reports (a JSON body's "usage", or the usage of a
 //     server-sent event stream: OpenAI's final chunk, which needs stream_options.include_usage;
-//     the Responses API's response.completed; Anthropic's message_start and message_delta);
+//     the Responses API's response.completed; Anthropic's message_start and message_delta),
+//     read by the dialect of the provider the reservation was made for;
 //   - bounds that usage first (Settlement): a report above usage_factor times the reservation,
 //     or above max_usage_tokens, is settled at the bound and counted, never applied raw;
 //   - on a provider 4xx (429 included) gives a refundable reservation back but for the part
@@ -33,7 +34,10 @@
 // token bucket refills on its own; only the lease needs an end, and its time to live is it.
 // Metrics of refunds and overage count what the store applied, after it applied it.
 //
-// It owns the response parsing, the decoding, the settlement rules and the feedback rules. It
-// declares the Store it needs, imports internal/reservation and internal/bucket, and must never
-// import internal/filter or internal/config (internal/server compiles the Settlement).
+// It owns the reading of a response (its JSON body or its server-sent events, within a bound),
+// the decoding, the settlement rules and the feedback rules. What a provider's usage and
+// rate-limit headers look like is its dialect's (internal/provider/dialects, by the reservation's
+// tag). It declares the Store it needs, imports internal/reservation, internal/bucket and
+// internal/provider, and must never import internal/filter or internal/config (internal/server
+// compiles the Settlement).
 package reconcile

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 // report is what the provider's response headers say about its own budget.
@@ -23,8 +25,9 @@ type report struct {
 	local bool
 }
 
-// readHeaders reads the status, content type and rate-limit headers of a response.
-func readHeaders(get func(string) (string, bool)) report {
+// readHeaders reads the status, content type and rate-limit headers of a response, the
+// provider's budget through its dialect d.
+func readHeaders(get func(string) (string, bool), d provider.Dialect) report {
 	var r report
 	if v, ok := get(":status"); ok {
 		r.status, _ = strconv.Atoi(v)
@@ -35,29 +38,13 @@ func readHeaders(get func(string) (string, bool)) report {
 	if v, ok := get("content-encoding"); ok {
 		r.encoding = v
 	}
-	num := func(name string) (int64, bool) {
-		v, ok := get(name)
-		if !ok {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		return n, err == nil && n >= 0
-	}
-	// OpenAI, then Anthropic's combined tokens, then its input tokens (the budget a prompt
-	// takes first).
-	for _, k := range [][2]string{
-		{"x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens"},
-		{"anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit"},
-		{"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-limit"},
-	} {
-		if rem, ok := num(k[0]); ok {
-			r.remaining, r.ok = rem, true
-			r.limit, _ = num(k[1])
-			break
-		}
+	if b, ok := d.Budget(get); ok {
+		r.remaining, r.limit, r.ok = b.Remaining, b.Limit, true
 	}
 	if r.status == 429 {
-		if ms, ok := num("retry-after-ms"); ok && ms > 0 {
+		// As the providers' SDKs read it (Stainless-generated _base_client.py): retry-after-ms
+		// first (Azure OpenAI sends it), then retry-after in seconds.
+		if ms, ok := provider.HeaderCount(get, "retry-after-ms"); ok && ms > 0 {
 			r.retryAfter = time.Duration(ms) * time.Millisecond
 		} else if v, ok := get("retry-after"); ok {
 			if s, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && s > 0 && s < 86400 {

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 )
 
@@ -149,7 +151,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 		if !st.settled {
 			// The stream ended before the response did (reset, timeout, Envoy gone): no usage.
-			s.settle(st, Usage{}, false)
+			s.settle(st, provider.Usage{}, false)
 		}
 	}()
 	for {
@@ -187,7 +189,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		case req.GetResponseHeaders() != nil:
 			h := req.GetResponseHeaders()
 			st.responded = true
-			st.rep = readHeaders(headerGetter(h.GetHeaders()))
+			st.body.dialect = dialectOf(st.res)
+			st.rep = readHeaders(headerGetter(h.GetHeaders()), st.body.dialect)
 			st.body.sse = st.rep.sse
 			if d, ok := codeDetails(req.GetAttributes()); ok && d != detailsViaUpstream {
 				st.rep.local = true
@@ -197,14 +200,14 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				// Envoy's own reply (a route or idle timeout, a reset, an overflow), not the
 				// provider's: the provider may have received the request, generated and billed
 				// it. Nothing is refunded and its headers say nothing of the provider's budget.
-				s.settle(st, Usage{}, false)
+				s.settle(st, provider.Usage{}, false)
 				continue
 			case st.rep.status >= 400:
 				// The provider refused or failed before generating: nothing was used. The refund
 				// goes first, so that a 429's pause is not undone by it.
-				s.settle(st, Usage{}, true)
+				s.settle(st, provider.Usage{}, true)
 			case h.GetEndOfStream():
-				s.settle(st, Usage{}, false)
+				s.settle(st, provider.Usage{}, false)
 			case st.rep.encoding != "":
 				s.startDecoding(st)
 			}
@@ -247,7 +250,7 @@ func (s *Server) startDecoding(st *stream) {
 }
 
 // end finishes the reply's body: its usage, if it was read to its end and reported one.
-func (s *Server) end(st *stream) (Usage, bool) {
+func (s *Server) end(st *stream) (provider.Usage, bool) {
 	if st.dec != nil {
 		if err := st.dec.finish(); err != nil {
 			st.undecodable = decodeReason(err)
@@ -262,7 +265,7 @@ func (s *Server) end(st *stream) (Usage, bool) {
 		if ce := s.log.Check(zap.DebugLevel, "reconcile: reply not decoded, the reservation stays"); ce != nil {
 			ce.Write(zap.String("reason", string(st.undecodable)))
 		}
-		return Usage{}, false
+		return provider.Usage{}, false
 	}
 	return st.body.end()
 }
@@ -306,6 +309,16 @@ func reservationOf(md *corev3.Metadata) (*reservation.Reservation, error) {
 	return reservation.Decode(v.GetStringValue())
 }
 
+// dialectOf is the dialect of the provider r was reserved for (its tag): the format of the
+// usage and rate-limit headers of its response. Without a reservation nothing is settled, and
+// the dialect is the one of a provider with no room of its own.
+func dialectOf(r *reservation.Reservation) provider.Dialect {
+	if r == nil {
+		return dialects.Of(provider.Unknown)
+	}
+	return dialects.Named(r.Tag)
+}
+
 // headerGetter looks headers up by lower-case name; Envoy sends raw_value (bytes) or value.
 func headerGetter(hm *corev3.HeaderMap) func(string) (string, bool) {
 	return func(name string) (string, bool) {
@@ -334,7 +347,7 @@ func headerGetter(hm *corev3.HeaderMap) func(string) (string, bool) {
 // A bucket without refund keeps its reservation in every case but overage (the provider counted
 // it on arrival), and a request counted in a requests bucket stays counted. Metrics count what
 // the store applied, after it did.
-func (s *Server) settle(st *stream, u Usage, found bool) {
+func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 	st.settled = true
 	r := st.res
 	if r == nil {

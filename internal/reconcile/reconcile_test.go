@@ -38,6 +38,8 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 type env struct {
 	store  *bucket.Memory
 	client extprocv3.ExternalProcessorClient
+	// provider is the reservation's tag, whose dialect reads the response ("openai" unless set).
+	provider string
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
@@ -73,7 +75,7 @@ func newEnvWith(t *testing.T, wrap func(Store) Store, opts ...func(*Options)) *e
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &env{store: store, client: extprocv3.NewExternalProcessorClient(conn)}
+	return &env{store: store, client: extprocv3.NewExternalProcessorClient(conn), provider: "openai"}
 }
 
 var (
@@ -85,7 +87,7 @@ var (
 // reserve takes what Check would (1000 tokens, a request, a lease) and returns the reservation.
 func (e *env) reserve(t *testing.T, feedback bool) *reservation.Reservation {
 	t.Helper()
-	r := &reservation.Reservation{Tag: "openai", Lease: "L1", Model: "gpt-4o", Prompt: 200, Output: 800, Buckets: []reservation.Bucket{
+	r := &reservation.Reservation{Tag: e.provider, Lease: "L1", Model: "gpt-4o", Prompt: 200, Output: 800, Buckets: []reservation.Bucket{
 		{Kind: reservation.KindTokens, Feedback: feedback, Refund: true, Spec: withCost(tpm, 1000)},
 		{Kind: reservation.KindRequests, Spec: withCost(rpm, 1)},
 		{Kind: reservation.KindConcurrency, Spec: withCost(live, 1)},
@@ -105,7 +107,7 @@ func withCost(s bucket.Spec, c int64) bucket.Spec { s.Cost = c; return s }
 func (e *env) remaining(t *testing.T, s bucket.Spec) int64 {
 	t.Helper()
 	s.Cost = 0
-	res, err := e.store.Take(context.Background(), &bucket.Request{Tag: "openai", Buckets: []bucket.Spec{s}})
+	res, err := e.store.Take(context.Background(), &bucket.Request{Tag: e.provider, Buckets: []bucket.Spec{s}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,29 +186,31 @@ func TestSettle(t *testing.T) {
 		msgs        []*extprocv3.ProcessingRequest
 		tokens, rpm int64
 		leaseFree   bool
+		provider    string // the reservation's
 	}{
 		{"openai_json", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "application/json"),
-			body(`{"id":"x","usage":{"prompt_tokens":200,"completion_tokens":100,`, false), body(`"total_tokens":300}}`, true)}, 9700, 99, true},
+			body(`{"id":"x","usage":{"prompt_tokens":200,"completion_tokens":100,`, false), body(`"total_tokens":300}}`, true)}, 9700, 99, true, "openai"},
 		{"responses_json", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "application/json"),
-			body(`{"output":[],"usage":{"input_tokens":150,"output_tokens":50,"total_tokens":200}}`, true)}, 9800, 99, true},
+			body(`{"output":[],"usage":{"input_tokens":150,"output_tokens":50,"total_tokens":200}}`, true)}, 9800, 99, true, "openai"},
 		{"openai_sse_split", append([]*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream; charset=utf-8")},
-			chunks(openaiSSE, 7)...), 9760, 99, true},
+			chunks(openaiSSE, 7)...), 9760, 99, true, "openai"},
 		{"anthropic_sse", append([]*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream")},
-			chunks(anthropicSSE, 13)...), 9745, 99, true},
+			chunks(anthropicSSE, 13)...), 9745, 99, true, "anthropic"},
 		{"overage_charged", []*extprocv3.ProcessingRequest{headers(":status", "200"),
-			body(`{"usage":{"prompt_tokens":200,"completion_tokens":1300,"total_tokens":1500}}`, true)}, 8500, 99, true},
+			body(`{"usage":{"prompt_tokens":200,"completion_tokens":1300,"total_tokens":1500}}`, true)}, 8500, 99, true, "openai"},
 		{"sse_without_usage_keeps_the_reservation", []*extprocv3.ProcessingRequest{headers(":status", "200", "content-type", "text/event-stream"),
-			body(sse(`{"choices":[{"delta":{"content":"hi"}}]}`, `[DONE]`), true)}, 9000, 99, true},
-		{"upstream_5xx_refunds_the_tokens", []*extprocv3.ProcessingRequest{headers(":status", "500"), body(`{"error":{}}`, true)}, 10000, 99, true},
-		{"upstream_4xx_keeps_a_quarter", []*extprocv3.ProcessingRequest{headers(":status", "400"), body(`{"error":{}}`, true)}, 9750, 99, true},
-		{"broken_stream_releases_the_lease", []*extprocv3.ProcessingRequest{headers(":status", "200"), body(`{"usage":`, false)}, 9000, 99, true},
+			body(sse(`{"choices":[{"delta":{"content":"hi"}}]}`, `[DONE]`), true)}, 9000, 99, true, "openai"},
+		{"upstream_5xx_refunds_the_tokens", []*extprocv3.ProcessingRequest{headers(":status", "500"), body(`{"error":{}}`, true)}, 10000, 99, true, "openai"},
+		{"upstream_4xx_keeps_a_quarter", []*extprocv3.ProcessingRequest{headers(":status", "400"), body(`{"error":{}}`, true)}, 9750, 99, true, "openai"},
+		{"broken_stream_releases_the_lease", []*extprocv3.ProcessingRequest{headers(":status", "200"), body(`{"usage":`, false)}, 9000, 99, true, "openai"},
 		{"headers_only", []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", Value: "204"}}}, EndOfStream: true}}}}, 9000, 99, true},
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", Value: "204"}}}, EndOfStream: true}}}}, 9000, 99, true, "openai"},
 	} {
 		for _, observe := range []bool{true, false} {
 			t.Run(tc.name+map[bool]string{true: "/observability", false: "/streamed"}[observe], func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t)
+				e.provider = tc.provider
 				r := e.reserve(t, false)
 				e.run(t, r, observe, tc.msgs...)
 				if got := e.remaining(t, tpm); got != tc.tokens {
@@ -280,21 +284,26 @@ func TestProviderFeedback(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
+		provider string
 		feedback bool
 		hdrs     []string
 		want     int64
 	}{
 		// The provider's 12000 limit has 3000 left: 9000 used, so our 10000 keeps 1000; then the
 		// usage refunds 1000 - 300.
-		{"openai_lowers_keeping_the_margin", true, []string{":status", "200", "x-ratelimit-limit-tokens", "12000", "x-ratelimit-remaining-tokens", "3000"}, 1700},
-		{"never_raises", true, []string{":status", "200", "x-ratelimit-limit-tokens", "10000", "x-ratelimit-remaining-tokens", "9999"}, 9700},
-		{"anthropic_tokens", true, []string{":status", "200", "anthropic-ratelimit-tokens-limit", "10000", "anthropic-ratelimit-tokens-remaining", "4000"}, 4700},
-		{"anthropic_input_tokens", true, []string{":status", "200", "anthropic-ratelimit-input-tokens-limit", "10000", "anthropic-ratelimit-input-tokens-remaining", "5000"}, 5700},
-		{"rule_without_feedback", false, []string{":status", "200", "x-ratelimit-remaining-tokens", "0"}, 9700},
+		{"openai_lowers_keeping_the_margin", "openai", true, []string{":status", "200", "x-ratelimit-limit-tokens", "12000", "x-ratelimit-remaining-tokens", "3000"}, 1700},
+		{"never_raises", "openai", true, []string{":status", "200", "x-ratelimit-limit-tokens", "10000", "x-ratelimit-remaining-tokens", "9999"}, 9700},
+		{"anthropic_tokens", "anthropic", true, []string{":status", "200", "anthropic-ratelimit-tokens-limit", "10000", "anthropic-ratelimit-tokens-remaining", "4000"}, 4700},
+		{"anthropic_input_tokens", "anthropic", true, []string{":status", "200", "anthropic-ratelimit-input-tokens-limit", "10000", "anthropic-ratelimit-input-tokens-remaining", "5000"}, 5700},
+		// The reservation's provider decides whose headers are read.
+		{"azure_speaks_openai", "azure", true, []string{":status", "200", "x-ratelimit-limit-tokens", "12000", "x-ratelimit-remaining-tokens", "3000"}, 1700},
+		{"openai_ignores_anthropic_headers", "openai", true, []string{":status", "200", "anthropic-ratelimit-tokens-limit", "10000", "anthropic-ratelimit-tokens-remaining", "4000"}, 9700},
+		{"rule_without_feedback", "openai", false, []string{":status", "200", "x-ratelimit-remaining-tokens", "0"}, 9700},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
+			e.provider = tc.provider
 			r := e.reserve(t, tc.feedback)
 			e.run(t, r, true, headers(tc.hdrs...), body(`{"usage":{"total_tokens":300}}`, true))
 			if got := e.remaining(t, tpm); got != tc.want {

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 // The reservation is 1000 tokens (prompt 200 + output 800) of 10000 and one request of 100.
@@ -133,5 +134,13 @@ func TestMetricsCountOnlyWhatTheStoreApplied(t *testing.T) {
 		if got := counter(t, m.tokens, "openai", "overage"); got != want {
 			t.Errorf("store failing %v: overage counted %v, want %v", fail, got, want)
 		}
+	}
+}
+
+// The dialects bound each reported count to provider.MaxCount, the store's largest amount.
+func TestMaxCountIsTheStoresMaxAmount(t *testing.T) {
+	t.Parallel()
+	if provider.MaxCount != bucket.MaxAmount {
+		t.Errorf("provider.MaxCount %d, bucket.MaxAmount %d", int64(provider.MaxCount), int64(bucket.MaxAmount))
 	}
 }

@@ -2,91 +2,22 @@ package reconcile
 
 import (
 	"bytes"
-	"encoding/json"
 
-	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 )
 
-// Usage is what a provider reports it counted for one response.
-type Usage struct {
-	// Input is the prompt's tokens (cache writes and reads included); Output the generated ones.
-	Input, Output int64
-	// Total is the provider's own total when it gives one (OpenAI), else 0.
-	Total int64
-}
-
-// Tokens is what the response took from the provider's token budget.
-func (u Usage) Tokens() int64 {
-	if u.Total > 0 {
-		return u.Total
-	}
-	return u.Input + u.Output
-}
-
-// rawUsage is every usage shape: OpenAI chat/completions/embeddings (prompt_tokens,
-// completion_tokens, total_tokens), OpenAI Responses and Anthropic (input_tokens, output_tokens,
-// Anthropic's cache_*_input_tokens).
-type rawUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	TotalTokens         int64 `json:"total_tokens"`
-	InputTokens         int64 `json:"input_tokens"`
-	OutputTokens        int64 `json:"output_tokens"`
-	CacheCreationTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadTokens     int64 `json:"cache_read_input_tokens"`
-}
-
-// envelope finds usage at the top level, in an Anthropic message_start ("message") or in an
-// OpenAI Responses event ("response").
-type envelope struct {
-	Usage    *rawUsage `json:"usage"`
-	Message  *envelope `json:"message"`
-	Response *envelope `json:"response"`
-}
-
-func (e *envelope) find() *rawUsage {
-	switch {
-	case e == nil:
-		return nil
-	case e.Usage != nil:
-		return e.Usage
-	case e.Message != nil:
-		return e.Message.find()
-	}
-	return e.Response.find()
-}
-
-// merge folds one report into u: every field a report carries replaces the earlier value, so a
-// stream's last report wins field by field (Anthropic's message_delta carries the cumulative
-// output and, in newer versions, the input again; message_start carries the input).
-//
-// Each field is first bounded to [0, bucket.MaxAmount], so that no sum of them overflows and a
-// negative count takes nothing away; Settlement.bound then bounds the whole.
-func (u *Usage) merge(r *rawUsage) {
-	in := field(r.PromptTokens) + field(r.InputTokens) + field(r.CacheCreationTokens) + field(r.CacheReadTokens)
-	out := field(r.CompletionTokens) + field(r.OutputTokens)
-	if in > 0 {
-		u.Input = in
-	}
-	if out > 0 {
-		u.Output = out
-	}
-	if t := field(r.TotalTokens); t > 0 {
-		u.Total = t
-	}
-}
-
-// field bounds one reported count to [0, bucket.MaxAmount].
-func field(n int64) int64 { return min(max(n, 0), bucket.MaxAmount) }
-
-// parser reads the usage out of a response body delivered in chunks, within a memory bound.
+// parser reads the usage out of a response body delivered in chunks, within a memory bound: it
+// finds the JSON documents (the body, or each server-sent event's data) and the dialect of the
+// reservation's provider reads the usage each reports.
 type parser struct {
-	sse   bool
-	limit int
-	buf   []byte // JSON: the body so far; SSE: the current unfinished line
-	over  bool   // the body (or a line) went beyond limit: no usage
-	found bool
-	usage Usage
+	dialect provider.Dialect // nil: openai's, which OpenAI-compatible servers speak
+	sse     bool
+	limit   int
+	buf     []byte // JSON: the body so far; SSE: the current unfinished line
+	over    bool   // the body (or a line) went beyond limit: no usage
+	found   bool
+	usage   provider.Usage
 }
 
 // write consumes one chunk.
@@ -123,7 +54,8 @@ func (p *parser) write(chunk []byte) {
 	}
 }
 
-// line handles one SSE line: only data lines that mention usage are decoded.
+// line handles one SSE line: only data lines that mention usage are decoded (every dialect
+// reports it under "usage").
 func (p *parser) line(l []byte) {
 	l = bytes.TrimSuffix(l, []byte{'\r'})
 	data, ok := bytes.CutPrefix(l, []byte("data:"))
@@ -133,21 +65,24 @@ func (p *parser) line(l []byte) {
 	p.decode(bytes.TrimSpace(data))
 }
 
+// decode reads one document's usage and folds it into the usage so far: a stream's last report
+// wins field by field (provider.Usage.Merge). The dialect bounds each count (provider.Count);
+// Settlement.bound then bounds the whole.
 func (p *parser) decode(data []byte) {
-	var e envelope
-	if json.Unmarshal(data, &e) != nil {
-		return
+	d := p.dialect
+	if d == nil {
+		d = dialects.Of(provider.Unknown)
 	}
-	if r := e.find(); r != nil {
-		p.usage.merge(r)
+	if u, ok := d.Usage(data); ok {
+		p.usage.Merge(u)
 		p.found = true
 	}
 }
 
 // end finishes the body and reports the usage, if any was found.
-func (p *parser) end() (Usage, bool) {
+func (p *parser) end() (provider.Usage, bool) {
 	if p.over {
-		return Usage{}, false
+		return provider.Usage{}, false
 	}
 	if p.sse {
 		if len(p.buf) > 0 {

@@ -1,15 +1,16 @@
 // Package tokens prices LLM requests in tokens: it reads a request's path, headers and body
 // and returns the provider, API, model, prompt tokens, output tokens reserved and whether the
 // count is exact. It owns the exact token counter for OpenAI's cl100k_base and o200k_base
-// encodings. It must never import internal/filter or internal/bucket (they consume it), and
+// encodings. It imports internal/provider and internal/provider/dialects (the providers' names
+// and hosts); it must never import internal/filter or internal/bucket (they consume it), and
 // nothing in it touches the network: the vocabularies are embedded.
 //
 // # APIs
 //
-// The host (Input.Host) decides the provider, the path the API (Recognize, route.go):
-// api.openai.com is OpenAI, *.openai.azure.com and *.cognitiveservices.azure.com Azure,
-// api.anthropic.com Anthropic; a path the host does not serve is UnknownAPI. Any other host is
-// recognised from the path alone.
+// The host (Input.Host) decides the provider, the path the API (dialects.Recognize, from the
+// hosts and paths of the rooms under internal/provider): api.openai.com is OpenAI,
+// *.openai.azure.com and *.cognitiveservices.azure.com Azure, api.anthropic.com Anthropic; a
+// path the host does not serve is UnknownAPI. Any other host is recognised from the path alone.
 //
 //   - OpenAI /v1/chat/completions: messages with string or content-part content, name,
 //     assistant tool_calls and function_call, tool messages, tools/functions, response_format,
@@ -24,7 +25,7 @@
 //     the deployment name itself), never the body's; /openai/v1/... with the model in the body.
 //   - Anthropic /v1/chat/completions on api.anthropic.com (its OpenAI SDK compatibility
 //     layer): the OpenAI chat body, priced with the Anthropic estimate; Anthropic for every
-//     rule, answered in OpenAI's format (Estimate.AnthropicDialect is false).
+//     rule, answered in OpenAI's format (internal/provider/anthropic).
 //   - Anthropic /v1/messages: system as a string or blocks, content blocks (text, image,
 //     tool_use, tool_result, thinking, documents), tools, max_tokens.
 //   - OpenAI-compatible servers (vLLM, LiteLLM, ...) on the same paths, also under a prefix

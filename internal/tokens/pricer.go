@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 )
 
 // OutputRule sets the output reservation for models matching a glob.
@@ -278,7 +280,7 @@ func (p *Pricer) estimate(in *Input, noCount bool) (est Estimate) {
 	if noCount {
 		s.est.Reason = ReasonDeadline
 	}
-	s.est.Provider, s.est.API, s.deployment = recognize(in.Host, in.Path)
+	s.est.Provider, s.est.API, s.deployment = dialects.Recognize(in.Host, in.Path)
 	s.price(in)
 	s.est.Exact = s.est.Reason == ""
 	s.est.PromptTokens = max(s.est.PromptTokens, 0)

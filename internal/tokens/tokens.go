@@ -1,61 +1,35 @@
 package tokens
 
-// Provider is the LLM provider family a request is addressed to.
-type Provider uint8
+import "github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 
+// Provider is the LLM provider a request is addressed to (internal/provider names them).
+type Provider = provider.ID
+
+// The providers, as internal/provider/dialects.Recognize returns them.
 const (
-	UnknownProvider Provider = iota
-	OpenAI
-	AzureOpenAI
-	Anthropic
+	UnknownProvider = provider.Unknown
+	OpenAI          = provider.OpenAI
+	AzureOpenAI     = provider.Azure
+	Anthropic       = provider.Anthropic
 )
 
-// String returns a stable name used in configuration, logs and metrics.
-func (p Provider) String() string {
-	switch p {
-	case OpenAI:
-		return "openai"
-	case AzureOpenAI:
-		return "azure"
-	case Anthropic:
-		return "anthropic"
-	}
-	return "unknown"
-}
+// API is the kind of endpoint a request calls (internal/provider names them).
+type API = provider.API
 
-// API is the kind of endpoint a request calls.
-type API uint8
-
+// The APIs, as internal/provider/dialects.Recognize returns them.
 const (
-	UnknownAPI API = iota
-	ChatCompletions
-	Completions
-	Responses
-	Embeddings
-	Messages
+	UnknownAPI      = provider.UnknownAPI
+	ChatCompletions = provider.ChatCompletions
+	Completions     = provider.Completions
+	Responses       = provider.Responses
+	Embeddings      = provider.Embeddings
+	Messages        = provider.Messages
 )
-
-// String returns a stable name used in configuration, logs and metrics.
-func (a API) String() string {
-	switch a {
-	case ChatCompletions:
-		return "chat_completions"
-	case Completions:
-		return "completions"
-	case Responses:
-		return "responses"
-	case Embeddings:
-		return "embeddings"
-	case Messages:
-		return "messages"
-	}
-	return "unknown"
-}
 
 // Input is what pricing reads of one HTTP request. It does not retain any of it.
 type Input struct {
 	// Host is the request's host (Envoy's :authority), in any case, with or without a port; ""
-	// when unknown. It decides the provider before the path does (see Recognize).
+	// when unknown. It decides the provider before the path does (internal/provider/dialects.Recognize).
 	Host string
 	// Path is the request path including the query string (Envoy's :path).
 	Path string
@@ -194,8 +168,3 @@ const (
 	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
 	ReasonInternal Reason = "internal"
 )
-
-// AnthropicDialect reports whether the request speaks Anthropic's own API (the Messages API),
-// whose SDK reads Anthropic's error body. Every other priced API, Anthropic's OpenAI-compatible
-// endpoint included, is answered in OpenAI's format, which the OpenAI SDK reads.
-func (e *Estimate) AnthropicDialect() bool { return e.API == Messages }

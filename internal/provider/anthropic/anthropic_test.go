@@ -1,0 +1,103 @@
+package anthropic
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+)
+
+// reported reads a fixture as the response path does: a JSON body is one document, a stream's
+// documents are its data lines, folded with provider.Usage.Merge.
+func reported(t *testing.T, d provider.Dialect, name string) (provider.Usage, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "usage", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(name, ".sse") {
+		return d.Usage(b)
+	}
+	var u provider.Usage
+	found := false
+	for _, l := range bytes.Split(b, []byte{'\n'}) {
+		data, ok := bytes.CutPrefix(bytes.TrimSuffix(l, []byte{'\r'}), []byte("data:"))
+		if !ok {
+			continue
+		}
+		if r, ok := d.Usage(bytes.TrimSpace(data)); ok {
+			u.Merge(r)
+			found = true
+		}
+	}
+	return u, found
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]provider.Usage{
+		// Cache writes and reads are input too.
+		"messages.json": {Input: 150, Output: 40},
+		// message_start carries the input, message_delta the cumulative output.
+		"messages_stream.sse": {Input: 200, Output: 55},
+		// The OpenAI SDK compatibility endpoint reports OpenAI's usage.
+		"compat_stream.sse": {Input: 200, Output: 40, Total: 240},
+	} {
+		got, ok := reported(t, Dialect{}, name)
+		if got != want || !ok {
+			t.Errorf("%s: usage %+v (found %v), want %+v", name, got, ok, want)
+		}
+	}
+}
+
+func TestBudget(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		hdrs map[string]string
+		want provider.Budget
+		ok   bool
+	}{
+		{map[string]string{"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-limit": "10000",
+			"anthropic-ratelimit-input-tokens-remaining": "1"}, provider.Budget{Remaining: 4000, Limit: 10000}, true},
+		{map[string]string{"anthropic-ratelimit-input-tokens-remaining": "5000", "anthropic-ratelimit-input-tokens-limit": "10000"},
+			provider.Budget{Remaining: 5000, Limit: 10000}, true},
+		// The compatibility endpoint speaks OpenAI's dialect.
+		{map[string]string{"x-ratelimit-remaining-tokens": "5", "anthropic-ratelimit-tokens-remaining": "4000"}, provider.Budget{Remaining: 5}, true},
+		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Budget{}, false},
+	} {
+		get := func(k string) (string, bool) { v, ok := tc.hdrs[k]; return v, ok }
+		if got, ok := (Dialect{}).Budget(get); got != tc.want || ok != tc.ok {
+			t.Errorf("%v: budget %+v %v, want %+v %v", tc.hdrs, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestAppendError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		api  provider.API
+		e    provider.Error
+		want string
+	}{
+		{provider.Messages, provider.Error{Class: provider.RateLimited, Limit: "tokens", Code: "rate_limit_exceeded", Message: "slow & steady"},
+			`{"type":"error","error":{"type":"rate_limit_error","message":"slow \u0026 steady"}}`},
+		{provider.Messages, provider.Error{Class: provider.TooLarge, Code: "request_too_large", Message: "m"},
+			`{"type":"error","error":{"type":"request_too_large","message":"m"}}`},
+		{provider.Messages, provider.Error{Class: provider.Unavailable, Code: "rate_limiter_unavailable", Message: "m"},
+			`{"type":"error","error":{"type":"api_error","message":"m"}}`},
+		{provider.Messages, provider.Error{Class: provider.Misconfigured, Code: "rate_limiter_misconfigured", Message: "m"},
+			`{"type":"error","error":{"type":"api_error","message":"m"}}`},
+		{provider.Messages, provider.Error{Class: provider.InvalidRequest, Code: "duplicate_identity", Message: "m"},
+			`{"type":"error","error":{"type":"invalid_request_error","message":"m"}}`},
+		// The compatibility endpoint's client is the OpenAI SDK.
+		{provider.ChatCompletions, provider.Error{Class: provider.RateLimited, Limit: "tokens", Code: "rate_limit_exceeded", Message: "m"},
+			`{"error":{"message":"m","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`},
+	} {
+		if got := string(Dialect{}.AppendError(nil, tc.api, tc.e)); got != tc.want {
+			t.Errorf("%v %+v:\n got %s\nwant %s", tc.api, tc.e, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package dialects
+
+import (
+	"strings"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
+)
+
+// Recognition: which provider and API a request calls. The host decides the provider, the path
+// the API; the path alone decides only for hosts that are no provider's (an OpenAI-compatible
+// server, a test client that sends no host).
+//
+//   - api.openai.com is OpenAI: /v1/chat/completions, /v1/completions, /v1/embeddings,
+//     /v1/responses.
+//   - *.openai.azure.com and *.cognitiveservices.azure.com are Azure OpenAI: the same APIs under
+//     /openai/deployments/{deployment}/... or /openai/v1/....
+//   - api.anthropic.com is Anthropic: /v1/messages, and /v1/chat/completions, Anthropic's
+//     OpenAI SDK compatibility layer ("base_url=https://api.anthropic.com/v1/", with
+//     client.chat.completions.create; "Rate limits follow Anthropic's standard limits for the
+//     /v1/messages endpoint": platform.claude.com/docs/en/api/openai-sdk). That endpoint speaks
+//     OpenAI's dialect (its body, its SDK, its error body) and is Anthropic for every rule.
+//
+// A path a host does not serve (/v1/messages on OpenAI's host, /v1/embeddings on Anthropic's)
+// is UnknownAPI, as is any path outside the priced APIs; an UnknownAPI request has no provider,
+// whatever its host: it is not a priced LLM call.
+
+// Recognize returns the provider and API of a request to host (the :authority, any case, with
+// or without a port) and path (the query string is ignored), and the Azure deployment the path
+// names ("" when none). It allocates nothing and is safe for concurrent use.
+func Recognize(host, p string) (prov provider.ID, api provider.API, deployment string) {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	p = strings.TrimRight(p, "/")
+	h := provider.HostName(host)
+	switch {
+	case openai.Host(h) != provider.Unknown:
+		prov, api = openai.Host(h), openai.API(p)
+		if prov == provider.Azure {
+			deployment = openai.Deployment(p)
+		}
+	case anthropic.Host(h) != provider.Unknown:
+		prov, api = provider.Anthropic, anthropic.API(p)
+	default:
+		return pathRoute(p)
+	}
+	if api == provider.UnknownAPI {
+		return provider.Unknown, provider.UnknownAPI, ""
+	}
+	return prov, api, deployment
+}
+
+// pathRoute is recognition from the path alone, for hosts that are no provider's: the Messages
+// API is Anthropic's, an /openai/ path Azure's (which serves no Messages API), any other
+// OpenAI's.
+func pathRoute(p string) (provider.ID, provider.API, string) {
+	azure := openai.AzurePath(p)
+	switch {
+	case anthropic.MessagesPath(p) && azure:
+		return provider.Unknown, provider.UnknownAPI, ""
+	case anthropic.MessagesPath(p):
+		return provider.Anthropic, provider.Messages, ""
+	}
+	api := openai.API(p)
+	switch {
+	case api == provider.UnknownAPI:
+		return provider.Unknown, provider.UnknownAPI, ""
+	case azure:
+		return provider.Azure, api, openai.Deployment(p)
+	}
+	return provider.OpenAI, api, ""
+}

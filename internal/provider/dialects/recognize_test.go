@@ -1,0 +1,75 @@
+package dialects
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+)
+
+func TestRecognize(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		host, path string
+		prov       provider.ID
+		api        provider.API
+		deployment string
+	}{
+		// The host decides the provider.
+		{"api.openai.com", "/v1/chat/completions", provider.OpenAI, provider.ChatCompletions, ""},
+		{"API.OpenAI.com:443", "/v1/responses?x=1", provider.OpenAI, provider.Responses, ""},
+		{"api.openai.com.", "/v1/embeddings", provider.OpenAI, provider.Embeddings, ""},
+		{"api.openai.com", "/v1/messages", provider.Unknown, provider.UnknownAPI, ""},
+		{"api.anthropic.com", "/v1/messages", provider.Anthropic, provider.Messages, ""},
+		{"api.anthropic.com", "/v1/chat/completions", provider.Anthropic, provider.ChatCompletions, ""},
+		{"Api.Anthropic.Com:80", "/v1/chat/completions/", provider.Anthropic, provider.ChatCompletions, ""},
+		{"api.anthropic.com", "/v1/embeddings", provider.Unknown, provider.UnknownAPI, ""},
+		{"api.anthropic.com", "/v1/completions", provider.Unknown, provider.UnknownAPI, ""},
+		{"api.anthropic.com", "/v1/models", provider.Unknown, provider.UnknownAPI, ""},
+		{"res.openai.azure.com", "/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21", provider.Azure, provider.ChatCompletions, "prod-4o"},
+		{"res.cognitiveservices.azure.com", "/openai/v1/chat/completions", provider.Azure, provider.ChatCompletions, ""},
+		{"RES.OPENAI.AZURE.COM:443", "/openai/deployments/e/embeddings", provider.Azure, provider.Embeddings, "e"},
+		{"res.openai.azure.com", "/v1/messages", provider.Unknown, provider.UnknownAPI, ""},
+		// Unknown hosts keep the path rule.
+		{"", "/v1/chat/completions", provider.OpenAI, provider.ChatCompletions, ""},
+		{"", "/v1/messages", provider.Anthropic, provider.Messages, ""},
+		{"llm.internal", "/v1/messages", provider.Anthropic, provider.Messages, ""},
+		{"", "/openai/deployments/d/chat/completions", provider.Azure, provider.ChatCompletions, "d"},
+		{"vllm:8000", "/prefix/v1/chat/completions", provider.OpenAI, provider.ChatCompletions, ""},
+		{".openai.azure.com", "/v1/messages", provider.Anthropic, provider.Messages, ""},
+		{"api.openai.com.evil.example", "/v1/messages", provider.Anthropic, provider.Messages, ""},
+		{"[::1]:443", "/v1/completions", provider.OpenAI, provider.Completions, ""},
+		{"", "/v1/models", provider.Unknown, provider.UnknownAPI, ""},
+	} {
+		prov, api, dep := Recognize(c.host, c.path)
+		if prov != c.prov || api != c.api || dep != c.deployment {
+			t.Errorf("Recognize(%q, %q) = %v %v %q, want %v %v %q", c.host, c.path, prov, api, dep, c.prov, c.api, c.deployment)
+		}
+	}
+}
+
+func FuzzRecognize(f *testing.F) {
+	for _, s := range [][2]string{{"api.anthropic.com", "/v1/chat/completions"}, {"x.openai.azure.com:443", "/openai/deployments/d/responses"},
+		{"[::1]:", "/v1/messages?"}, {"API.OPENAI.COM.", "//"}, {":", ""}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, host, path string) {
+		prov, api, dep := Recognize(host, path)
+		if (prov == provider.Unknown) != (api == provider.UnknownAPI) {
+			t.Fatalf("Recognize(%q, %q) = %v %v: a provider without an API or the reverse", host, path, prov, api)
+		}
+		if dep != "" && (prov != provider.Azure || strings.Contains(dep, "/")) {
+			t.Fatalf("Recognize(%q, %q): deployment %q for %v", host, path, dep, prov)
+		}
+		if prov == provider.Anthropic && api != provider.Messages && api != provider.ChatCompletions {
+			t.Fatalf("Recognize(%q, %q) = anthropic %v", host, path, api)
+		}
+	})
+}
+
+func BenchmarkRecognize(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		Recognize("api.anthropic.com:443", "/v1/chat/completions")
+	}
+}

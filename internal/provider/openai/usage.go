@@ -1,0 +1,67 @@
+package openai
+
+import (
+	"encoding/json"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+)
+
+// rawUsage is OpenAI's usage: chat completions, completions and embeddings (prompt_tokens,
+// completion_tokens, total_tokens; https://platform.openai.com/docs/api-reference/chat/object)
+// and the Responses API (input_tokens, output_tokens, total_tokens;
+// https://platform.openai.com/docs/api-reference/responses/object). Cached prompt tokens are
+// part of prompt_tokens and input_tokens.
+type rawUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+}
+
+// envelope finds usage at the top level (a body, or a chat stream's last chunk, which needs
+// stream_options.include_usage) or in a Responses event ("response": response.completed).
+type envelope struct {
+	Usage    *rawUsage `json:"usage"`
+	Response *envelope `json:"response"`
+}
+
+func (e *envelope) find() *rawUsage {
+	switch {
+	case e == nil:
+		return nil
+	case e.Usage != nil:
+		return e.Usage
+	}
+	return e.Response.find()
+}
+
+// Usage reads the usage of one JSON document of OpenAI's family.
+func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
+	var e envelope
+	if json.Unmarshal(doc, &e) != nil {
+		return provider.Usage{}, false
+	}
+	r := e.find()
+	if r == nil {
+		return provider.Usage{}, false
+	}
+	return provider.Usage{
+		Input:  provider.Count(r.PromptTokens) + provider.Count(r.InputTokens),
+		Output: provider.Count(r.CompletionTokens) + provider.Count(r.OutputTokens),
+		Total:  provider.Count(r.TotalTokens),
+	}, true
+}
+
+// Budget reads x-ratelimit-remaining-tokens and x-ratelimit-limit-tokens, which OpenAI and
+// Azure OpenAI send on every response (https://platform.openai.com/docs/guides/rate-limits;
+// learn.microsoft.com/azure/ai-foundry/openai/how-to/quota). A negative value (Azure's
+// Responses API sends -1) says nothing.
+func (Dialect) Budget(get func(string) (string, bool)) (provider.Budget, bool) {
+	rem, ok := provider.HeaderCount(get, "x-ratelimit-remaining-tokens")
+	if !ok {
+		return provider.Budget{}, false
+	}
+	limit, _ := provider.HeaderCount(get, "x-ratelimit-limit-tokens")
+	return provider.Budget{Remaining: rem, Limit: limit}, true
+}

@@ -1,0 +1,171 @@
+package provider
+
+import (
+	"strconv"
+	"strings"
+)
+
+// ID is the provider a request is addressed to: an API family or one of its dialects.
+type ID uint8
+
+// The providers.
+const (
+	Unknown ID = iota
+	OpenAI
+	Azure
+	Anthropic
+)
+
+// String returns a stable name used in configuration, logs, metrics and the reservation's tag.
+func (p ID) String() string {
+	switch p {
+	case OpenAI:
+		return "openai"
+	case Azure:
+		return "azure"
+	case Anthropic:
+		return "anthropic"
+	}
+	return "unknown"
+}
+
+// Parse is the ID whose String is name; Unknown for any other name.
+func Parse(name string) ID {
+	switch name {
+	case "openai":
+		return OpenAI
+	case "azure":
+		return Azure
+	case "anthropic":
+		return Anthropic
+	}
+	return Unknown
+}
+
+// API is the kind of endpoint a request calls.
+type API uint8
+
+// The APIs.
+const (
+	UnknownAPI API = iota
+	ChatCompletions
+	Completions
+	Responses
+	Embeddings
+	Messages
+)
+
+// String returns a stable name used in configuration, logs and metrics.
+func (a API) String() string {
+	switch a {
+	case ChatCompletions:
+		return "chat_completions"
+	case Completions:
+		return "completions"
+	case Responses:
+		return "responses"
+	case Embeddings:
+		return "embeddings"
+	case Messages:
+		return "messages"
+	}
+	return "unknown"
+}
+
+// Dialect is what one API family tells the limiter. Implementations are stateless values, safe
+// for concurrent use, and allocate only what they return.
+type Dialect interface {
+	// AppendError appends the body of an error answer to a request of api, in the format that
+	// the family's official SDK parses.
+	AppendError(b []byte, api API, e Error) []byte
+	// Usage reads the usage one JSON document reports: a whole response body, or the data of
+	// one server-sent event. ok is false when the document reports none. Each count is
+	// bounded by Count.
+	Usage(doc []byte) (u Usage, ok bool)
+	// Budget reads what a response's rate-limit headers say is left of the provider's token
+	// budget; ok is false when they say nothing. get looks a header up by lower-case name.
+	Budget(get func(name string) (string, bool)) (b Budget, ok bool)
+}
+
+// Class is the kind of an error answer, which each dialect names in its own words.
+type Class uint8
+
+// The classes of error answers.
+const (
+	// RateLimited: over a limit, retry later (429).
+	RateLimited Class = iota
+	// TooLarge: the request can never fit the limits (413).
+	TooLarge
+	// Unavailable: the limiter cannot decide now (503).
+	Unavailable
+	// Misconfigured: the limiter's configuration for the route is invalid (500).
+	Misconfigured
+	// InvalidRequest: the request is malformed (400).
+	InvalidRequest
+)
+
+// Error is one error answer, before a dialect renders it.
+type Error struct {
+	Class Class
+	// Limit names the exhausted limit of a RateLimited answer: "tokens" or "requests".
+	Limit string
+	// Code is the limiter's stable code for the error (rate_limit_exceeded, request_too_large...).
+	Code string
+	// Message is the human-readable text.
+	Message string
+}
+
+// Usage is what a provider reports it counted for one response.
+type Usage struct {
+	// Input is the prompt's tokens (cache writes and reads included); Output the generated ones.
+	Input, Output int64
+	// Total is the provider's own total when it gives one (OpenAI), else 0.
+	Total int64
+}
+
+// Tokens is what the response took from the provider's token budget.
+func (u Usage) Tokens() int64 {
+	if u.Total > 0 {
+		return u.Total
+	}
+	return u.Input + u.Output
+}
+
+// Merge folds one report into u: every count a report carries replaces the earlier value, so
+// that a stream's last report wins field by field (Anthropic's message_delta carries the
+// cumulative output and, in newer versions, the input again; message_start carries the input).
+func (u *Usage) Merge(r Usage) {
+	if r.Input > 0 {
+		u.Input = r.Input
+	}
+	if r.Output > 0 {
+		u.Output = r.Output
+	}
+	if r.Total > 0 {
+		u.Total = r.Total
+	}
+}
+
+// MaxCount is the largest count a dialect reports for one field: the store's largest amount
+// (bucket.MaxAmount; a test holds them equal), so that no sum of a few fields overflows.
+const MaxCount = 1_000_000_000_000
+
+// Count bounds one reported count to [0, MaxCount], so that a negative count takes nothing away.
+func Count(n int64) int64 { return min(max(n, 0), MaxCount) }
+
+// Budget is what a response's rate-limit headers say of the provider's token budget.
+type Budget struct {
+	// Remaining and Limit are the provider's tokens left and its limit (0 when not given).
+	Remaining, Limit int64
+}
+
+// HeaderCount reads a non-negative integer header; ok is false when it is absent, malformed or
+// negative (Azure's Responses API has been seen sending -1).
+func HeaderCount(get func(string) (string, bool), name string) (int64, bool) {
+	v, ok := get(name)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	return n, err == nil && n >= 0
+}
