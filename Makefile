@@ -3,7 +3,7 @@ GO       ?= go
 VENV     := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run build deps test ci fmt-check vet unit istio e2e bench loadgen fuzz soak faults compose clean
+.PHONY: run build deps test ci fmt-check vet tidy-check unit istio e2e bench loadgen fuzz soak faults compose clean
 
 ## run: the service on its embedded default (in-memory store, example config); no Redis needed
 run:
@@ -18,7 +18,7 @@ deps:
 	./scripts/deps.sh
 
 ## test: the whole suite: format, vet, unit and integration tests (race detector), e2e
-test: deps fmt-check vet unit istio e2e compose
+test: deps fmt-check vet tidy-check unit istio e2e compose
 
 ci: test
 
@@ -28,6 +28,11 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+## tidy-check: fails when `go mod tidy` would change go.mod or go.sum (both modules)
+tidy-check:
+	$(GO) mod tidy -diff
+	cd istio && $(GO) mod tidy -diff
 
 unit:
 	$(GO) test -race -count=1 ./...
