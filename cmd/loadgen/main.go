@@ -1,4 +1,4 @@
-// Command loadgen measures the decision service under load (issue 8): it drives
+// Command loadgen measures the decision service under load: it drives
 // envoy.service.auth.v3.Authorization/Check over gRPC with realistic chat requests, at a fixed
 // concurrency or arrival rate, and prints throughput and latency percentiles as a table and as
 // JSON. In the same invocation it measures two floors at the same load, and prints the service's
