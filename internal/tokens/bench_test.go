@@ -99,7 +99,7 @@ var pathologicalKinds = []string{"letter", "spaces", "newlines", "cjk", "random"
 
 // BenchmarkCount: ours on 100 KB of English prose, 1 KB texts of common words and 1 MiB
 // pathological inputs. Compare ns/byte (MB/s): every input is counted in linear time; the
-// docs/performance.md lists each pathological input's cost per byte against English.
+// README lists each pathological input's cost per byte against English.
 func BenchmarkCount(b *testing.B) {
 	for _, name := range []string{CL100K, O200K} {
 		e := mustEncoding(b, name)
@@ -202,7 +202,7 @@ func cpuRatio(tb testing.TB, na int, a func(), nb int, b func()) (nsA, nsB float
 	return float64(ta.Nanoseconds()) / float64(na*runs), float64(tb2.Nanoseconds()) / float64(nb*runs)
 }
 
-// BenchmarkSpeed is the one run that checks the tokenizer's speed targets, in CPU time per byte
+// BenchmarkSpeed is the one run that checks the speed claims, in CPU time per byte
 // (see threadCPU): ours vs pkoukk/tiktoken-go on 100 KB of English, and each 1 MiB
 // pathological input relative to 1 MiB of English prose.
 // Run: go test -run '^$' -bench Speed ./internal/tokens/
