@@ -1,9 +1,10 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO       ?= go
 VENV     := .venv
+LINT     := $(CURDIR)/.tools/bin/golangci-lint
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run build deps test ci fmt-check vet unit istio e2e bench loadgen fuzz soak faults compose clean
+.PHONY: run build deps test ci fmt-check vet lint tidy-check unit istio e2e bench loadgen fuzz soak faults compose clean
 
 ## run: the service on its embedded default (in-memory store, example config); no Redis needed
 run:
@@ -13,12 +14,12 @@ run:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## deps: install what the tests need (redis-server, the e2e virtualenv with Envoy and the SDKs)
+## deps: install what the tests need (golangci-lint, redis-server, the e2e virtualenv with Envoy and the SDKs, Docker)
 deps:
 	./scripts/deps.sh
 
-## test: the whole suite: format, vet, unit and integration tests (race detector), e2e
-test: deps fmt-check vet unit istio e2e compose
+## test: the whole suite: format, vet, lint, tidy go.mod, unit and integration tests (race detector), e2e
+test: deps fmt-check vet lint tidy-check unit istio e2e compose
 
 ci: test
 
@@ -28,6 +29,17 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+## lint: golangci-lint (the version pinned in scripts/deps.sh, .golangci.yml) on both modules
+lint:
+	./scripts/deps.sh lint
+	$(LINT) run ./...
+	cd istio && $(LINT) run -c ../.golangci.yml ./...
+
+## tidy-check: fails when `go mod tidy` would change go.mod or go.sum (both modules)
+tidy-check:
+	$(GO) mod tidy -diff
+	cd istio && $(GO) mod tidy -diff
 
 unit:
 	$(GO) test -race -count=1 ./...
@@ -40,8 +52,9 @@ unit:
 istio:
 	cd istio && ./test.sh
 
+## e2e: the end-to-end suite through the real Envoy (e2e/README.md), all but the compose stack
 e2e:
-	@if [ -f e2e/run.sh ]; then ./e2e/run.sh --ignore=e2e/test_compose.py; else echo "e2e: no suite yet"; fi
+	./e2e/run.sh --ignore=e2e/test_compose.py
 
 ## compose: the shipped compose stack built and run by Docker (e2e/test_compose.py), after e2e
 compose:

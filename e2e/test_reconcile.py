@@ -1,4 +1,4 @@
-"""Issue 9 end to end: reconciliation, in-flight caps and provider feedback through the real Envoy
+"""Reconciliation, in-flight caps and provider feedback end to end, through the real Envoy
 (ext_authz + ext_proc), three ext-authz replicas on one Redis, the mock provider billing actual
 usage (-charge actual) and the official SDKs. Completions use 20% of max_tokens (40 of 200).
 
@@ -319,7 +319,7 @@ def test_outside_consumer_at_most_one_provider_429_per_pause_window_then_none(fe
         assert p["streamed_ok"] > 0 and p["json_ok"] > 0, (provider, p)
         # The outside consumer really spent from the same budget.
         assert p["admitted_outside_tokens"] >= 0.3 * FB_LIMIT * FB_DURATION / PERIOD / 2, (provider, p)
-        # The issue's claim: at most one provider 429 per pause window, then none: no second 429
+        # The claim under test: at most one provider 429 per pause window, then none: no second 429
         # in a window, and no window within a provider period after the last one.
         assert p["extra_429_in_a_window"] == 0, (provider, p)
         assert p["recurring_windows"] == 0, (provider, p)

@@ -1,4 +1,4 @@
-"""Rolling restart of every ext-authz replica under load, through the real Envoy (issue 7).
+"""Rolling restart of every ext-authz replica under load, through the real Envoy.
 
 Each replica in turn gets SIGTERM (health NOT_SERVING, drain, exit), is started again, and the
 next one goes only once Envoy sees all three healthy. Load runs throughout. Zero requests may be

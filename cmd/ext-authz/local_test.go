@@ -7,7 +7,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
-// localOutage is how long Redis stays down in TestLocalFallbackOvershoot (the 30s).
+// localOutage is how long Redis stays down in TestLocalFallbackOvershoot.
 const localOutage = 30 * time.Second
 
 // Three replicas in failure.mode local, which discover one another through Redis (failure.replicas

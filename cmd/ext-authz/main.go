@@ -1,12 +1,3 @@
-// Command ext-authz is the llm-ratelimit decision service: an Envoy ext_authz gRPC server that
-// prices each LLM request in tokens and debits shared budgets.
-//
-//	ext-authz [serve] [flags]          serve Check (gRPC) and the admin endpoints (HTTP)
-//	ext-authz check-config FILE        validate a limits file; every problem at once
-//	ext-authz estimate [flags] [FILE]  price a request body and show the rules and buckets it hits
-//	ext-authz check [flags] [FILE]     send one Check to a running server and print the answer
-//
-// Run `ext-authz COMMAND -h` for the flags of each.
 package main
 
 import (

@@ -224,13 +224,12 @@ func check(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 
 func printResponse(w io.Writer, resp *authv3.CheckResponse, took time.Duration) {
 	var hdrs []*corev3.HeaderValueOption
-	status, body := 200, ""
+	var body string
 	if ok := resp.GetOkResponse(); ok != nil {
 		fmt.Fprintf(w, "allowed (%s)\n", took.Round(time.Microsecond))
 		hdrs = ok.GetResponseHeadersToAdd()
 	} else if d := resp.GetDeniedResponse(); d != nil {
-		status = int(d.GetStatus().GetCode())
-		fmt.Fprintf(w, "denied: HTTP %d (%s)\n", status, took.Round(time.Microsecond))
+		fmt.Fprintf(w, "denied: HTTP %d (%s)\n", int(d.GetStatus().GetCode()), took.Round(time.Microsecond))
 		hdrs, body = d.GetHeaders(), d.GetBody()
 	}
 	sort.Slice(hdrs, func(i, j int) bool { return hdrs[i].GetHeader().GetKey() < hdrs[j].GetHeader().GetKey() })

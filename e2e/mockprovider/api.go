@@ -80,7 +80,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/healthz":
 		w.Header().Set("content-type", "text/plain")
-		io.WriteString(w, "ok\n")
+		io.WriteString(w, "ok\n") //nolint:errcheck // the client may have gone
 	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, s.Recorder.Stats())
 	case strings.HasPrefix(r.URL.Path, "/price/") && r.Method == http.MethodPost:
@@ -135,7 +135,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("content-type", "application/json")
 	w.Header().Set("content-length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	w.Write(b)
+	w.Write(b) //nolint:errcheck // the client may have gone
 }
 
 // errorAnswer writes an error in the provider's own format.
@@ -208,12 +208,12 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 		if v, ok := s.stored.Load(p.PreviousResponseID); ok {
 			p.Prompt += v.(int64)
 		} else {
-			err = fmt.Errorf("Previous response with id '%s' not found.", p.PreviousResponseID)
+			err = fmt.Errorf("Previous response with id '%s' not found.", p.PreviousResponseID) //nolint:staticcheck // OpenAI's message, verbatim
 		}
 	}
 	if err == nil {
 		if ctx := contextWindow(p.Model); ctx > 0 && p.Prompt > ctx {
-			err = fmt.Errorf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", ctx, p.Prompt)
+			err = fmt.Errorf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", ctx, p.Prompt) //nolint:staticcheck // OpenAI's message, verbatim
 			rec.Prompt = p.Prompt
 		}
 	}

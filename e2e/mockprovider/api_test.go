@@ -103,7 +103,7 @@ func TestChatCompletionThenRateLimit(t *testing.T) {
 	var e struct {
 		Error struct{ Type, Code, Message string }
 	}
-	if json.Unmarshal(b, &e); e.Error.Code != "rate_limit_exceeded" || e.Error.Type != "tokens" {
+	if err := json.Unmarshal(b, &e); err != nil || e.Error.Code != "rate_limit_exceeded" || e.Error.Type != "tokens" {
 		t.Fatalf("error body %s", b)
 	}
 
@@ -152,7 +152,7 @@ func TestAnthropicMessagesAndErrors(t *testing.T) {
 			InputTokens int64 `json:"input_tokens"`
 		}
 	}
-	if json.Unmarshal(b, &m); resp.StatusCode != 200 || m.Type != "message" || m.Usage.InputTokens != 15 {
+	if err := json.Unmarshal(b, &m); err != nil || resp.StatusCode != 200 || m.Type != "message" || m.Usage.InputTokens != 15 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	if resp.Header.Get("anthropic-ratelimit-tokens-remaining") != "35" {
@@ -163,15 +163,15 @@ func TestAnthropicMessagesAndErrors(t *testing.T) {
 		Type  string
 		Error struct{ Type string }
 	}
-	if json.Unmarshal(b, &e); resp.StatusCode != 429 || e.Type != "error" || e.Error.Type != "rate_limit_error" {
+	if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != 429 || e.Type != "error" || e.Error.Type != "rate_limit_error" {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	resp, b = post(t, ts.URL+"/v1/messages", `{"model":"claude-sonnet-4-5","messages":[]}`)
-	if json.Unmarshal(b, &e); resp.StatusCode != 400 || e.Error.Type != "invalid_request_error" {
+	if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != 400 || e.Error.Type != "invalid_request_error" {
 		t.Fatalf("missing max_tokens: %d %s", resp.StatusCode, b)
 	}
 	resp, b = post(t, ts.URL+"/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":101,"stream":true,"messages":[]}`)
-	if json.Unmarshal(b, &e); resp.StatusCode != 429 || !strings.Contains(string(b), "Request too large") {
+	if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != 429 || !strings.Contains(string(b), "Request too large") {
 		t.Fatalf("too large: %d %s", resp.StatusCode, b)
 	}
 }
@@ -225,7 +225,7 @@ func TestResponsesAndModels(t *testing.T) {
 		}
 	}
 	// 3 + (3 + "system" + 2) + (3 + "user" + 2) = 15
-	if json.Unmarshal(b, &out); resp.StatusCode != 200 || out.Object != "response" || out.Usage.InputTokens != 15 {
+	if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 || out.Object != "response" || out.Usage.InputTokens != 15 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	r, err := http.Get(ts.URL + "/v1/models")
@@ -249,7 +249,7 @@ func TestPriceDoesNotAdmit(t *testing.T) {
 	ts, rec := newTestServer(t, 10)
 	resp, b := post(t, ts.URL+"/price/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello world"}],"max_tokens":100}`)
 	var p struct{ Prompt, Output, Cost int64 }
-	if json.Unmarshal(b, &p); resp.StatusCode != 200 || p.Prompt != 9 || p.Cost != 109 || rec.Len() != 0 {
+	if err := json.Unmarshal(b, &p); err != nil || resp.StatusCode != 200 || p.Prompt != 9 || p.Cost != 109 || rec.Len() != 0 {
 		t.Fatalf("%d %s, %d bytes recorded", resp.StatusCode, b, rec.Len())
 	}
 }

@@ -190,7 +190,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, hs := range servers {
-		hs.Shutdown(shutdown)
+		hs.Shutdown(shutdown) //nolint:errcheck // best effort at exit
 	}
 	if err != nil {
 		return err

@@ -76,23 +76,19 @@
 // run, written with SET), a sliding window a hash, a concurrency bucket a sorted set.
 //
 // Token buckets with a Spec.Slot share the key G:<name>, each in its slot (a rule's tokens and
-// requests: slots 1 and 2). A decision that debits both reads and writes one key instead of two:
-// about 6% fewer instructions of redis-server per decision (scripts/script-cost.sh, keys=1 against
-// keys=2), and one key per rule and tenant instead of two (a 40-byte value; MEMORY USAGE 120
-// bytes for a 25-byte key, where one token bucket under a 35-byte key takes 136). The buckets
-// stay independent (each its own level, time and parameters, the same results as under keys of
-// their own); a call that touches some slots keeps the others as stored.
-// Builds before the strings kept token buckets and quotas as hashes under t, d and m: during a
-// rolling upgrade from one, old and new replicas keep separate state for those buckets (each
-// replica's own admissions are counted) until the old ones are gone, and the old keys expire on
-// their own. The hash tag is
-// the Request's Tag: every key of a decision hashes to one Cluster slot, which the atomic script
-// requires (a cross-slot script is refused). The tag should be the provider (openai, anthropic...):
-// the provider-wide buckets then live with the tenants' and models' buckets they are checked
-// with. The price is a hot spot: all of one provider's traffic goes to one shard, which runs
-// scripts one at a time (BenchmarkRedis measures a shard's decisions a second against a bare
-// EVALSHA); adding shards does not raise one provider's ceiling. A deployment without
-// provider-wide buckets can tag by tenant instead to spread the load.
+// requests: slots 1 and 2). A decision that debits both reads and writes one key instead of two,
+// and a rule and tenant take one key instead of two. The buckets stay independent (each its own
+// level, time and parameters, the same results as under keys of their own); a call that touches
+// some slots keeps the others as stored. A change of storage gets new key names, so that no build
+// misreads another's state (docs/operations.md, upgrading across a change of storage).
+//
+// The hash tag is the Request's Tag: every key of a decision hashes to one Cluster slot, which the
+// atomic script requires (a cross-slot script is refused). The tag should be the provider (openai,
+// anthropic...): the provider-wide buckets then live with the tenants' and models' buckets they are
+// checked with. The price is a hot spot: all of one provider's traffic goes to one shard, which
+// runs scripts one at a time (BenchmarkRedis measures a shard's decisions a second against a bare
+// EVALSHA); adding shards does not raise one provider's ceiling. A deployment without provider-wide
+// buckets can tag by tenant instead to spread the load.
 //
 // Tags and names are user-controlled (tenant ids, model names) and are encoded so that they
 // cannot break the hash tag nor collide: bytes outside [A-Za-z0-9] and -_.:/@+=~!*(),;$&' become
@@ -107,15 +103,11 @@
 // A key expires once its bucket would be full again, plus a 1 s margin; a missing key is a full
 // bucket, so a bucket re-created from nothing starts full, and a write that leaves a bucket full
 // deletes its key (a shared key: when every bucket in it is full and in the call). Denials and
-// zero-cost decisions write nothing. A token bucket's key is given
-// an expiry 10 s later than it needs and keeps it through the writes that need no later one
-// (SET ... KEEPTTL, half the cost of setting an expiry), so it may outlive its full bucket by up
-// to 11 s. Its value records that expiry (24 bytes). Builds before it wrote 16 bytes without the
-// expiry, which this build reads and rewrites; during a rolling upgrade from one, the earlier
-// replicas read a 24-byte value as a full bucket (each of their admissions still counted) until
-// they are gone. MEMORY USAGE on Redis 7.0 for the example keys above (about 35-byte keys):
-// token bucket 136 bytes, daily or monthly quota 104 bytes, sliding window with all 11
-// sub-windows in use 184 bytes.
+// zero-cost decisions write nothing. A token bucket's key is given an expiry 10 s later than it
+// needs and keeps it through the writes that need no later one (SET ... KEEPTTL, half the cost of
+// setting an expiry), so it may outlive its full bucket by up to 11 s. Its value records that
+// expiry (24 bytes); a 16-byte value, without it, is read too and rewritten as 24. The memory each
+// kind of key takes is in docs/operations.md.
 //
 // With RedisOptions.MaxBatch, the script calls of concurrent decisions are coalesced into
 // pipelines: one write and one read per batch on both sides, which is what a CPU-bound machine

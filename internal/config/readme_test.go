@@ -14,13 +14,18 @@ import (
 // -check-timeout less twice the 50ms -redis-timeout and the 25ms answer margin.
 const readmeHoldLimit = 875 * time.Millisecond
 
-// Every configuration example in the README loads, and starts with the default flags: limits files (yaml blocks that start with
-// "# limits") through Parse, and route context_extensions through ParseRoute.
+// Every configuration example in the README and docs/configuration.md loads, and starts with the
+// default flags: limits files (yaml blocks that start with "# limits") through Parse, and route
+// context_extensions through ParseRoute.
 func TestREADMEExamples(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	var data []byte
+	for _, name := range []string{"../../README.md", "../../docs/configuration.md"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(append(data, b...), '\n')
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(data, -1)
 	files, routes := 0, 0
@@ -62,6 +67,6 @@ func TestREADMEExamples(t *testing.T) {
 		}
 	}
 	if files == 0 || routes == 0 {
-		t.Errorf("found %d limits examples and %d route examples in the README; want both", files, routes)
+		t.Errorf("found %d limits examples and %d route examples in the README and docs/configuration.md; want both", files, routes)
 	}
 }

@@ -16,23 +16,18 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
-// benchLimits are the load tool's limits (cmd/loadgen/bench.yaml): 2 buckets per request, per
-// tenant, never exhausted by a benchmark; tenant deny-x may send one request an hour.
-const benchLimits = `
-tenant: {source: header, header: x-tenant-id, default: anonymous}
-pricing: {default_output_tokens: 256}
-rules:
-  - name: tenants
-    match: {tenant: "t-*"}
-    per: [tenant]
-    tokens: {limit: 1000000000, period: minute}
-    requests: {limit: 1000000000, period: minute}
-  - name: deny
-    match: {tenant: "deny-*"}
-    per: [tenant]
-    tokens: {limit: 1000000000, period: minute}
-    requests: {limit: 1, period: hour}
-`
+// benchLimits reads the load tool's limits (cmd/loadgen/bench.yaml), so that the benchmarks
+// decide what cmd/loadgen decides: 2 buckets per request, per tenant. Tenants t-* have budgets a
+// run at the default -benchtime does not spend on the fixed clock; deny-* may send one request
+// an hour.
+func benchLimits(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("../../cmd/loadgen/bench.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
 
 // benchRequest is a CheckRequest as Envoy sends it, with an OpenAI chat body of about size bytes
 // of English prose (tokens/testdata/english.txt).
@@ -87,7 +82,7 @@ func sizeName(n int) string { return fmt.Sprintf("%dKB", n>>10) }
 // The Redis round trip is measured by bucket.BenchmarkRedis and the whole path under load by
 // cmd/loadgen.
 func BenchmarkHotPath(b *testing.B) {
-	e := newEnv(b, benchLimits, Options{})
+	e := newEnv(b, benchLimits(b), Options{})
 	ctx := context.Background()
 	for _, size := range benchSizes {
 		req := benchRequest(b, size, "t-042")
@@ -189,7 +184,7 @@ func BenchmarkHotPath(b *testing.B) {
 // working; it checks results, not speed.
 func TestHotPathBenchmarkSmoke(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, benchLimits, Options{})
+	e := newEnv(t, benchLimits(t), Options{})
 	ctx := context.Background()
 	for _, size := range benchSizes {
 		resp, err := e.f.Check(ctx, benchRequest(t, size, "t-042"))

@@ -437,7 +437,6 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	res, err := f.take(ctx, p, &pl.enforced)
 	if held && (err != nil || res.Outcome != bucket.Delayed) {
 		f.held.Add(-1)
-		held = false
 	}
 	if err != nil {
 		return f.storeFailed(ctx, start, p, &est, pl, err)

@@ -62,7 +62,7 @@ func gzipOf(b []byte) []byte {
 	var buf bytes.Buffer
 	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	w.Write(b) //nolint:errcheck // bytes.Buffer
-	w.Close()  //nolint:errcheck // bytes.Buffer
+	w.Close()
 	return buf.Bytes()
 }
 

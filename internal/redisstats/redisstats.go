@@ -1,6 +1,3 @@
-// Package redisstats reads what a Redis server reports about its own work: the calls of each
-// command (INFO commandstats) and its CPU time (INFO cpu). The load tool and the tests that count
-// round trips or measure the script's cost share it.
 package redisstats
 
 import (
