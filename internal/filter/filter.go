@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
@@ -214,14 +215,14 @@ type request struct {
 
 // parse reads what a decision needs from a decoded CheckRequest. The body is used in place;
 // the strings a decision may keep (path, tenant, priority) are copied out of the message.
-func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
-	if !w.http {
+func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
+	if !w.HTTP {
 		return nil, status.Error(codes.InvalidArgument, "filter: check request without HTTP attributes")
 	}
 	r := &request{}
-	r.in.Path = w.path
+	r.in.Path = w.Path
 	if r.in.Path == "" {
-		r.in.Path = w.hdr[hdrPath]
+		r.in.Path = w.Header[authzwire.HeaderPath]
 	}
 	r.in.Path = strings.Clone(r.in.Path)
 	r.path = r.in.Path
@@ -230,27 +231,27 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	}
 	// The host decides the provider (tokens.Recognize). It is read in place: pricing does not
 	// keep it.
-	r.in.Host = w.host
+	r.in.Host = w.Host
 	if r.in.Host == "" {
-		r.in.Host = w.hdr[hdrAuthority]
+		r.in.Host = w.Header[authzwire.HeaderAuthority]
 	}
-	r.in.Body = w.body()
-	r.in.ContentType = w.hdr[hdrContentType]
-	r.in.ContentEncoding = w.hdr[hdrContentEncoding]
+	r.in.Body = w.Body()
+	r.in.ContentType = w.Header[authzwire.HeaderContentType]
+	r.in.ContentEncoding = w.Header[authzwire.HeaderContentEncoding]
 	r.in.ContentLength = -1
-	if w.has[hdrContentLength] {
-		if n, err := strconv.ParseInt(w.hdr[hdrContentLength], 10, 64); err == nil && n >= 0 {
+	if w.Has[authzwire.HeaderContentLength] {
+		if n, err := strconv.ParseInt(w.Header[authzwire.HeaderContentLength], 10, 64); err == nil && n >= 0 {
 			r.in.ContentLength = n
 		}
-	} else if w.size > 0 {
-		r.in.ContentLength = w.size
+	} else if w.Size > 0 {
+		r.in.ContentLength = w.Size
 	}
-	r.in.NoContentLength = !w.has[hdrContentLength]
-	r.in.Partial = w.hdr[hdrPartial] == "true"
+	r.in.NoContentLength = !w.Has[authzwire.HeaderContentLength]
+	r.in.Partial = w.Header[authzwire.HeaderPartial] == "true"
 
 	cfg := p.Config
-	if len(w.ext) > 0 {
-		rt, err := f.routes.get(cfg, w.ext)
+	if len(w.Ext) > 0 {
+		rt, err := f.routes.get(cfg, w.Ext)
 		if err != nil {
 			return r, err
 		}
@@ -261,9 +262,9 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	}
 	switch cfg.File.Tenant.Source {
 	case "header":
-		r.tenant = strings.Clone(w.hdr[hdrTenant])
+		r.tenant = strings.Clone(w.Header[authzwire.HeaderTenant])
 	case "principal":
-		r.tenant = strings.Clone(w.principal)
+		r.tenant = strings.Clone(w.Principal)
 	case "context_extension":
 		if r.route != nil {
 			r.tenant = r.route.Tenant
@@ -271,10 +272,10 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	}
 	// Envoy joins a repeated header's values with commas: an identity header with a comma was
 	// sent more than once (or names a list), and is refused rather than read as one tenant.
-	if strings.IndexByte(w.hdr[hdrTenant], ',') >= 0 {
+	if strings.IndexByte(w.Header[authzwire.HeaderTenant], ',') >= 0 {
 		return r, &identityError{header: cfg.File.Tenant.Header}
 	}
-	if strings.IndexByte(w.hdr[hdrPriority], ',') >= 0 {
+	if strings.IndexByte(w.Header[authzwire.HeaderPriority], ',') >= 0 {
 		return r, &identityError{header: cfg.File.Priority.Header}
 	}
 	if r.tenant == "" {
@@ -285,8 +286,8 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 	}
 	r.priority = cfg.File.Priority.Default
 	r.floor = cfg.DefaultFloor
-	if fl, ok := cfg.Classes[w.hdr[hdrPriority]]; ok && w.has[hdrPriority] {
-		r.priority, r.floor = strings.Clone(w.hdr[hdrPriority]), fl
+	if fl, ok := cfg.Classes[w.Header[authzwire.HeaderPriority]]; ok && w.Has[authzwire.HeaderPriority] {
+		r.priority, r.floor = strings.Clone(w.Header[authzwire.HeaderPriority]), fl
 	} else {
 		for i := range cfg.TenantClasses {
 			if tc := &cfg.TenantClasses[i]; tc.Tenant.Match(r.tenant) {
@@ -303,17 +304,17 @@ func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
 // be. A client's own key has its own budget at the provider, whose answers say nothing of ours; a
 // repeated header arrives joined with a comma and never matches. With credentials.injected, Envoy
 // replaces whatever the client sent, and every request counts as the operator's.
-func ownCredential(o *config.OwnCredentials, w *wireRequest) bool {
+func ownCredential(o *config.OwnCredentials, w *authzwire.Request) bool {
 	if o.Injected() {
 		return true
 	}
 	found := false
-	for _, i := range [...]int{hdrAuthorization, hdrXAPIKey, hdrAPIKey} {
-		if !w.has[i] {
+	for _, i := range [...]int{authzwire.HeaderAuthorization, authzwire.HeaderXAPIKey, authzwire.HeaderAPIKey} {
+		if !w.Has[i] {
 			continue
 		}
-		v := w.hdr[i]
-		if i == hdrAuthorization {
+		v := w.Header[i]
+		if i == authzwire.HeaderAuthorization {
 			v = config.BearerToken(v)
 		}
 		if !o.Own(v) {
@@ -332,12 +333,12 @@ func (e *identityError) Error() string {
 }
 
 // decode reads data, an encoded CheckRequest, into w for p.
-func decode(p *Policy, data []byte, w *wireRequest) error {
+func decode(p *Policy, data []byte, w *authzwire.Request) error {
 	tenant := ""
 	if p.Config.File.Tenant.Source == "header" {
 		tenant = p.Config.File.Tenant.Header
 	}
-	if err := decodeCheck(data, tenant, p.Config.File.Priority.Header, w); err != nil {
+	if err := authzwire.Decode(data, tenant, p.Config.File.Priority.Header, w); err != nil {
 		return status.Error(codes.InvalidArgument, "filter: "+err.Error())
 	}
 	return nil
@@ -354,7 +355,7 @@ func marshal(req *authv3.CheckRequest) ([]byte, error) {
 
 // Check decides one request: CheckBytes of its encoding, its answer as a CheckResponse. The
 // service serves CheckBytes, which reads the encoded request in place and whose answer is
-// encoded by AppendAnswer; Check is for callers that hold a decoded request.
+// encoded by Answer.AppendTo; Check is for callers that hold a decoded request.
 func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	data, err := marshal(req)
 	if err != nil {
@@ -377,7 +378,7 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	start := f.opts.Now()
 	p := f.policy.Load()
-	var w wireRequest
+	var w authzwire.Request
 	if err := decode(p, data, &w); err != nil {
 		f.m.error(reasonMalformed)
 		return nil, err
@@ -660,7 +661,7 @@ func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	var w wireRequest
+	var w authzwire.Request
 	if err := decode(p, data, &w); err != nil {
 		return nil, err
 	}

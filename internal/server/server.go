@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
@@ -204,7 +205,7 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		return nil, errors.New("server: a client CA needs a server certificate and key")
 	}
 	s.grpc = grpc.NewServer(gopts...)
-	s.grpc.RegisterService(&authorizationService, s.filter)
+	authzwire.Register(s.grpc, s.filter.CheckBytes)
 	// The response path (Envoy's ext_proc filter) on the same port: refunds, lease releases and
 	// provider feedback.
 	set, err := SettlementOf(cfg)
@@ -246,7 +247,7 @@ func GRPCOptions(maxRecvBytes int) []grpc.ServerOption {
 		// what pricing and protobuf need, instead of a new goroutine growing (copying) its
 		// stack on every call; gRPC starts a goroutine as before when all are busy.
 		grpc.NumStreamWorkers(StreamWorkers),
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(authzwire.Codec()),
 	}
 }
 
