@@ -22,7 +22,8 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
-// Limiter debits budgets atomically. bucket.Redis and bucket.Memory implement it.
+// Limiter debits budgets atomically. bucket.Redis and bucket.Memory implement it, and Breaker
+// in front of another.
 type Limiter interface {
 	// Take debits every bucket of req, or none.
 	Take(ctx context.Context, req *bucket.Request) (bucket.Result, error)
@@ -44,7 +45,8 @@ type Policy struct {
 
 // Options configures a Filter.
 type Options struct {
-	// Limiter is the shared store. Required.
+	// Limiter is the shared store, as the decisions call it (the service puts a Breaker in
+	// front of it). Required.
 	Limiter Limiter
 	// Fallback is the in-memory store used while Limiter fails and failure.mode is local.
 	// Without it, local mode denies like deny mode.
@@ -63,9 +65,6 @@ type Options struct {
 	// LeaseID returns a new, unique in-flight lease id (see bucket.Request.Lease). Default: 64
 	// random bits in hex.
 	LeaseID func() string
-	// Breaker is the circuit breaker in front of Limiter. Default: NewBreaker with its defaults,
-	// logging to Logger.
-	Breaker *Breaker
 	// StoreTimeout, when positive, bounds each store call whatever the client does inside it
 	// (waiting for a pooled connection, dialling, asking a Sentinel, following redirections), so
 	// that a Check never waits for the store longer than this. Default: no bound but ctx's.
@@ -93,13 +92,12 @@ type Options struct {
 type Filter struct {
 	authv3.UnimplementedAuthorizationServer
 
-	policy   atomic.Pointer[Policy]
-	opts     Options
-	log      *zap.Logger
-	m        *Metrics
-	held     atomic.Int64
-	routes   routeCache
-	degraded atomic.Bool
+	policy atomic.Pointer[Policy]
+	opts   Options
+	log    *zap.Logger
+	m      *Metrics
+	held   atomic.Int64
+	routes routeCache
 	// replicas is the number of live replicas last discovered through the store; 0: unknown.
 	replicas atomic.Int64
 	// storeOK is when a shared store call last succeeded, in Unix nanoseconds; 0: never.
@@ -132,9 +130,6 @@ func New(p *Policy, opts Options) (*Filter, error) {
 	}
 	if opts.LeaseID == nil {
 		opts.LeaseID = newLeaseID
-	}
-	if opts.Breaker == nil {
-		opts.Breaker = NewBreaker(BreakerOptions{Logger: opts.Logger, Now: opts.Now})
 	}
 	if opts.PricingSlots == 0 {
 		opts.PricingSlots = defaultPricingSlots()
@@ -176,9 +171,6 @@ func (f *Filter) HoldLimit() time.Duration {
 	}
 	return f.opts.CheckTimeout - f.opts.StoreTimeout - f.opts.HoldMargin
 }
-
-// Degraded reports whether the last store call failed (the store is considered unreachable).
-func (f *Filter) Degraded() bool { return f.degraded.Load() }
 
 // StoreAnsweredSince reports whether a decision's call to the shared store succeeded at or
 // after t (by the filter's clock): the store was up then, without a health ping to ask it.
@@ -473,13 +465,9 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 }
 
-// take runs one Take on the shared store and records its latency and health.
-// The circuit breaker may answer instead of the store (errBreakerOpen).
+// take runs one Take on the shared store and records its latency and health. A circuit
+// breaker in front of the store may answer instead (errBreakerOpen): no store call to record.
 func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (bucket.Result, error) {
-	ok, probe := f.opts.Breaker.allow()
-	if !ok {
-		return bucket.Result{}, errBreakerOpen
-	}
 	t0 := f.opts.Now()
 	sctx := ctx
 	if f.opts.StoreTimeout > 0 {
@@ -488,13 +476,14 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (buck
 		defer cancel()
 	}
 	res, err := f.opts.Limiter.Take(sctx, req)
+	if err == errBreakerOpen {
+		return res, err
+	}
 	t1 := f.opts.Now()
 	f.m.store("take", t1.Sub(t0), err)
 	if err == nil {
 		f.storeOK.Store(t1.UnixNano())
 	}
-	f.opts.Breaker.done(ctx, probe, err)
-	f.degraded.Store(err != nil)
 	return res, err
 }
 
@@ -528,7 +517,8 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		f.m.error(reason)
 		// Failures before the breaker opens are warnings; a failed probe of an open breaker is not.
 		lvl := zap.WarnLevel
-		if f.opts.Breaker.State() != "closed" {
+		var oe *outageError
+		if errors.As(err, &oe) {
 			lvl = zap.DebugLevel
 		}
 		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))

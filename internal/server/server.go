@@ -170,15 +170,14 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
 
-	s.breaker = filter.NewBreaker(filter.BreakerOptions{
+	s.breaker = filter.NewBreaker(s.store, filter.BreakerOptions{
 		Failures: o.BreakerFailures, OpenFor: o.BreakerOpenFor, Logger: log, Registerer: s.reg,
 	})
 	s.filter, err = filter.New(pol, filter.Options{
-		Limiter:  s.store,
+		Limiter:  s.breaker,
 		Fallback: fallback,
 		Logger:   log,
 		Metrics:  filter.NewMetrics(s.reg),
-		Breaker:  s.breaker,
 		// Dial, write and read each have the Redis timeout; a Check waits for the store at most
 		// twice that, pool waits, Sentinel look-ups and redirections included.
 		StoreTimeout: 2 * o.RedisTimeout,
@@ -358,7 +357,7 @@ func (s *Server) watchStore(ctx context.Context) {
 	var last time.Time // when the previous round started
 	for {
 		start := time.Now()
-		open := s.breaker.State() != "closed"
+		open := s.breaker.State() != filter.BreakerClosed
 		pctx, cancel := context.WithTimeout(ctx, max(s.opts.RedisTimeout*4, 200*time.Millisecond))
 		if open && s.cluster != nil {
 			s.cluster.ReloadState(pctx)
