@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -111,8 +110,8 @@ type Server struct {
 	storeUp  prometheus.Gauge
 	reloads  *prometheus.CounterVec
 	breaker  *filter.Breaker
-	// cluster is the Redis Cluster client, reloaded while the breaker is open; nil otherwise.
-	cluster *redis.ClusterClient
+	// redis is the Redis store; nil with the in-memory store.
+	redis *bucket.Redis
 	// replicas discovers the live replicas through Redis; nil with the in-memory store.
 	replicas *replicas
 }
@@ -162,10 +161,10 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
+		s.redis = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
+		s.store = s.redis
 		s.closer = client.Close
-		s.cluster, _ = client.(*redis.ClusterClient)
-		s.replicas = newReplicas(client, o.RedisPrefix, s.reg, log)
+		s.replicas = newReplicas(s.redis, s.reg, log)
 		fallback = bucket.NewMemory(bucket.MemoryOptions{})
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
@@ -359,8 +358,8 @@ func (s *Server) watchStore(ctx context.Context) {
 		start := time.Now()
 		open := s.breaker.State() != filter.BreakerClosed
 		pctx, cancel := context.WithTimeout(ctx, max(s.opts.RedisTimeout*4, 200*time.Millisecond))
-		if open && s.cluster != nil {
-			s.cluster.ReloadState(pctx)
+		if open && s.redis != nil {
+			s.redis.ReloadTopology(pctx)
 		}
 		var err error
 		// A decision that reached the store since the last round says what a ping would: a busy
