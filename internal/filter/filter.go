@@ -179,6 +179,10 @@ func (f *Filter) StoreAnsweredSince(t time.Time) bool {
 	return ok != 0 && ok >= t.UnixNano()
 }
 
+// CountsReplicas reports whether the policy in force needs the number of live replicas
+// (SetReplicas): in failure.mode local it divides the limits.
+func (f *Filter) CountsReplicas() bool { return f.policy.Load().Config.FailureMode == config.FailLocal }
+
 // SetReplicas records the number of live replicas discovered through the store (a heartbeat
 // while it is up). In failure.mode local, each replica then enforces limit / n; until a first
 // discovery (n <= 0), failure.replicas applies.
@@ -252,12 +256,12 @@ func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
 		}
 		r.route = rt
 	}
-	switch cfg.File.Tenant.Source {
-	case "header":
+	switch cfg.TenantSource {
+	case config.TenantFromHeader:
 		r.tenant = strings.Clone(w.Header[authzwire.HeaderTenant])
-	case "principal":
+	case config.TenantFromPrincipal:
 		r.tenant = strings.Clone(w.Principal)
-	case "context_extension":
+	case config.TenantFromContextExtension:
 		if r.route != nil {
 			r.tenant = r.route.Tenant
 		}
@@ -326,11 +330,7 @@ func (e *identityError) Error() string {
 
 // decode reads data, an encoded CheckRequest, into w for p.
 func decode(p *Policy, data []byte, w *authzwire.Request) error {
-	tenant := ""
-	if p.Config.File.Tenant.Source == "header" {
-		tenant = p.Config.File.Tenant.Header
-	}
-	if err := authzwire.Decode(data, tenant, p.Config.File.Priority.Header, w); err != nil {
+	if err := authzwire.Decode(data, p.Config.TenantHeader, p.Config.File.Priority.Header, w); err != nil {
 		return status.Error(codes.InvalidArgument, "filter: "+err.Error())
 	}
 	return nil
@@ -521,12 +521,12 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		if errors.As(err, &oe) {
 			lvl = zap.DebugLevel
 		}
-		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
+		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.Stringer("mode", p.Config.FailureMode), zap.Error(err))
 	}
-	switch p.Config.File.Failure.Mode {
-	case "allow":
+	switch p.Config.FailureMode {
+	case config.FailAllow:
 		return f.finish(start, est, pl, okResponse(nil, pl.metadata(est, decisionFailOpen, 0))), nil
-	case "local":
+	case config.FailLocal:
 		if f.opts.Fallback == nil {
 			break
 		}

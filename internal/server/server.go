@@ -368,7 +368,7 @@ func (s *Server) watchStore(ctx context.Context) {
 			err = s.store.Ping(pctx)
 		}
 		// The replica count only divides limits in failure.mode local: no heartbeat otherwise.
-		if err == nil && s.replicas != nil && s.filter.Policy().Config.File.Failure.Mode == "local" {
+		if err == nil && s.replicas != nil && s.filter.CountsReplicas() {
 			if n := s.replicas.beat(pctx); n > 0 {
 				s.filter.SetReplicas(n)
 			}
