@@ -35,9 +35,6 @@ const (
 	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
 )
 
-// MetadataNamespace is where Envoy files the dynamic metadata of an ext_authz answer.
-const MetadataNamespace = "envoy.filters.http.ext_authz"
-
 func header(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: k, Value: v},
@@ -96,8 +93,8 @@ func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOpti
 		kind                  byte
 		limit, remaining, rst string
 	}{
-		{kindTokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
-		{kindRequests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+		{reservation.KindTokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
+		{reservation.KindRequests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
 	} {
 		s, ok := pl.headline(res, k.kind)
 		if !ok {
