@@ -117,8 +117,9 @@ type Server struct {
 }
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
-// service; until then the caller must Close it if it gives up.
-func New(o Options, log *zap.Logger) (*Server, error) {
+// service; until then the caller must Close it if it gives up. On an error, New has released
+// whatever it opened (store client, gRPC workers, listeners).
+func New(o Options, log *zap.Logger) (_ *Server, err error) {
 	if o.RedisURL != "" && o.RedisTimeout <= 0 {
 		return nil, errors.New("server: the Redis timeout must be positive")
 	}
@@ -127,6 +128,11 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 	s.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_ratelimit_store_up", Help: "1 while the shared store answers pings."})
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_config_reloads_total", Help: "Configuration reloads by result (ok, rejected)."}, []string{"result"})
 	s.reg.MustRegister(s.storeUp, s.reloads)
+	defer func() {
+		if err != nil {
+			s.release() //nolint:errcheck // err is the error to report
+		}
+	}()
 
 	cfg, err := LoadConfig(o.ConfigPath)
 	if err != nil {
@@ -187,7 +193,6 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	if err := cfg.CheckMaxWait(s.filter.HoldLimit(), orDefault(o.ConfigPath, "embedded example")); err != nil {
-		s.closer()
 		return nil, err
 	}
 
@@ -221,17 +226,32 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 	reflection.Register(s.grpc)
 
 	if s.grpcLis, err = net.Listen("tcp", o.GRPCAddr); err != nil {
-		s.closer()
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
 	if o.AdminAddr != "" {
 		if s.adminLis, err = net.Listen("tcp", o.AdminAddr); err != nil {
-			s.grpcLis.Close()
-			s.closer()
 			return nil, fmt.Errorf("admin listen: %w", err)
 		}
 	}
 	return s, nil
+}
+
+// release closes what New opened so far, the last first: the listeners, the gRPC server (whose
+// stream workers run from its creation) and the store's client. It returns the store's error.
+func (s *Server) release() error {
+	if s.adminLis != nil {
+		s.adminLis.Close()
+	}
+	if s.grpcLis != nil {
+		s.grpcLis.Close()
+	}
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	if s.closer != nil {
+		return s.closer()
+	}
+	return nil
 }
 
 // GRPCOptions are the service's gRPC server settings, shared with the load tool's no-op floor
@@ -267,14 +287,9 @@ func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
 // Filter is the decision filter the server serves.
 func (s *Server) Filter() *filter.Filter { return s.filter }
 
-// Close releases the listeners and the store of a server that was never Served.
-func (s *Server) Close() error {
-	s.grpcLis.Close()
-	if s.adminLis != nil {
-		s.adminLis.Close()
-	}
-	return s.closer()
-}
+// Close releases the listeners, the gRPC server and the store of a server that was never
+// Served.
+func (s *Server) Close() error { return s.release() }
 
 // setServing flips the gRPC health status of the server and of the Authorization service.
 func (s *Server) setServing(ok bool) {
