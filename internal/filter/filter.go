@@ -196,6 +196,126 @@ func (f *Filter) localReplicas(p *Policy) int {
 	return p.Config.File.Failure.Replicas
 }
 
+// Check decides one request: CheckBytes of its encoding, its answer as a CheckResponse. The
+// service serves CheckBytes, which reads the encoded request in place and whose answer is
+// encoded by Answer.AppendTo; Check is for callers that hold a decoded request.
+func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	data, err := marshal(req)
+	if err != nil {
+		f.m.error(reasonMalformed)
+		return nil, err
+	}
+	a, err := f.CheckBytes(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	return a.Response(), nil
+}
+
+// CheckBytes decides one request, given as the protobuf encoding of a CheckRequest. It reads
+// data in place: data must not change until CheckBytes returns (the answer does not refer to it),
+// nor afterwards when its body is large: an exact count abandoned at the deadline (see
+// Options.CheckTimeout) may still be reading it. The service's codec gives every request its
+// own copy, which nothing writes.
+// A malformed encoding is an InvalidArgument error, like a request without HTTP attributes.
+func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
+	start := f.opts.Now()
+	p := f.policy.Load()
+	var w authzwire.Request
+	if err := decode(p, data, &w); err != nil {
+		f.m.error(reasonMalformed)
+		return nil, err
+	}
+	r, err := f.parse(p, &w)
+	if err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			f.m.error(reasonNotHTTP)
+			return nil, err
+		}
+		var ie *identityError
+		if errors.As(err, &ie) {
+			f.m.error(reasonDuplicateIdentity)
+			f.log.Debug("identity header given more than once", zap.String("reason", string(reasonDuplicateIdentity)),
+				zap.String("header", ie.header))
+			var est tokens.Estimate
+			est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
+			return f.finish(start, &est, nil, badIdentityResponse(&est, ie.header)), nil
+		}
+		// A route whose context_extensions are invalid: the operator's mistake, answered 500 in
+		// the provider's format so that it is seen at once, never silently unlimited.
+		f.m.error(reasonBadRoute)
+		f.log.Warn("invalid route context_extensions", zap.String("reason", string(reasonBadRoute)), zap.Error(err))
+		var est tokens.Estimate
+		est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
+		return f.finish(start, &est, nil, badRouteResponse(&est, err)), nil
+	}
+
+	t0 := f.opts.Now()
+	est := f.price(ctx, p, &r.in, start)
+	f.m.priced(&est, f.opts.Now().Sub(t0))
+
+	pl := f.plan(p, r, &est)
+	if len(pl.enforced.Buckets) == 0 && len(pl.shadow.Buckets) == 0 {
+		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionUnlimited, 0))), nil
+	}
+
+	// Shadow buckets are counted apart so that they never block the enforced ones.
+	if len(pl.shadow.Buckets) > 0 {
+		if res, err := f.take(ctx, p, &pl.shadow); err == nil {
+			pl.shadowOutcome = res.Outcome
+		}
+	}
+	if len(pl.enforced.Buckets) == 0 {
+		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
+	}
+
+	if needsLease(&pl.enforced) {
+		pl.enforced.Lease = f.opts.LeaseID()
+	}
+	held := false
+	if pl.enforced.MaxWait > 0 {
+		pl.enforced.MaxWait = f.holdable(f.attemptDeadline(ctx, start), pl.enforced.MaxWait, p.Config.File.MaxHeld)
+		held = pl.enforced.MaxWait > 0
+	}
+	res, err := f.take(ctx, p, &pl.enforced)
+	if held && (err != nil || res.Outcome != bucket.Delayed) {
+		f.held.Add(-1)
+		held = false
+	}
+	if err != nil {
+		return f.storeFailed(ctx, start, p, &est, pl, err)
+	}
+	pl.result = res
+	pl.debited = res.Outcome == bucket.Allowed || res.Outcome == bucket.Delayed
+
+	if pl.shadowAll {
+		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
+	}
+	switch res.Outcome {
+	case bucket.Allowed:
+		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionAllowed, 0))), nil
+	case bucket.Delayed:
+		defer f.held.Add(-1)
+		f.m.holding(1)
+		defer f.m.holding(-1)
+		if err := sleep(ctx, res.Wait); err != nil {
+			// Envoy gave up on the request: give the reservation back.
+			f.refund(p, &pl.enforced)
+			f.m.error(reasonHoldCanceled)
+			return nil, status.FromContextError(err).Err()
+		}
+		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionDelayed, res.Wait))), nil
+	case bucket.Impossible:
+		return f.finish(start, &est, pl, tooLargeResponse(&est, pl, &res)), nil
+	default:
+		wait := res.Wait
+		if j := p.Config.File.Response.RetryJitter; j > 0 {
+			wait += time.Duration(float64(wait) * j * f.opts.Jitter())
+		}
+		return f.finish(start, &est, pl, rateLimitedResponse(&est, pl, &res, wait)), nil
+	}
+}
+
 // request is the parsed view of a CheckRequest that a decision needs.
 type request struct {
 	in       tokens.Input
@@ -343,126 +463,6 @@ func marshal(req *authv3.CheckRequest) ([]byte, error) {
 		return nil, status.Error(codes.InvalidArgument, "filter: "+err.Error())
 	}
 	return data, nil
-}
-
-// Check decides one request: CheckBytes of its encoding, its answer as a CheckResponse. The
-// service serves CheckBytes, which reads the encoded request in place and whose answer is
-// encoded by Answer.AppendTo; Check is for callers that hold a decoded request.
-func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	data, err := marshal(req)
-	if err != nil {
-		f.m.error(reasonMalformed)
-		return nil, err
-	}
-	a, err := f.CheckBytes(ctx, data)
-	if err != nil {
-		return nil, err
-	}
-	return a.Response(), nil
-}
-
-// CheckBytes decides one request, given as the protobuf encoding of a CheckRequest. It reads
-// data in place: data must not change until CheckBytes returns (the answer does not refer to it),
-// nor afterwards when its body is large: an exact count abandoned at the deadline (see
-// Options.CheckTimeout) may still be reading it. The service's codec gives every request its
-// own copy, which nothing writes.
-// A malformed encoding is an InvalidArgument error, like a request without HTTP attributes.
-func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
-	start := f.opts.Now()
-	p := f.policy.Load()
-	var w authzwire.Request
-	if err := decode(p, data, &w); err != nil {
-		f.m.error(reasonMalformed)
-		return nil, err
-	}
-	r, err := f.parse(p, &w)
-	if err != nil {
-		if status.Code(err) == codes.InvalidArgument {
-			f.m.error(reasonNotHTTP)
-			return nil, err
-		}
-		var ie *identityError
-		if errors.As(err, &ie) {
-			f.m.error(reasonDuplicateIdentity)
-			f.log.Debug("identity header given more than once", zap.String("reason", string(reasonDuplicateIdentity)),
-				zap.String("header", ie.header))
-			var est tokens.Estimate
-			est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
-			return f.finish(start, &est, nil, badIdentityResponse(&est, ie.header)), nil
-		}
-		// A route whose context_extensions are invalid: the operator's mistake, answered 500 in
-		// the provider's format so that it is seen at once, never silently unlimited.
-		f.m.error(reasonBadRoute)
-		f.log.Warn("invalid route context_extensions", zap.String("reason", string(reasonBadRoute)), zap.Error(err))
-		var est tokens.Estimate
-		est.Provider, est.API = tokens.Recognize(r.in.Host, r.path)
-		return f.finish(start, &est, nil, badRouteResponse(&est, err)), nil
-	}
-
-	t0 := f.opts.Now()
-	est := f.price(ctx, p, &r.in, start)
-	f.m.priced(&est, f.opts.Now().Sub(t0))
-
-	pl := f.plan(p, r, &est)
-	if len(pl.enforced.Buckets) == 0 && len(pl.shadow.Buckets) == 0 {
-		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionUnlimited, 0))), nil
-	}
-
-	// Shadow buckets are counted apart so that they never block the enforced ones.
-	if len(pl.shadow.Buckets) > 0 {
-		if res, err := f.take(ctx, p, &pl.shadow); err == nil {
-			pl.shadowOutcome = res.Outcome
-		}
-	}
-	if len(pl.enforced.Buckets) == 0 {
-		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
-	}
-
-	if needsLease(&pl.enforced) {
-		pl.enforced.Lease = f.opts.LeaseID()
-	}
-	held := false
-	if pl.enforced.MaxWait > 0 {
-		pl.enforced.MaxWait = f.holdable(f.attemptDeadline(ctx, start), pl.enforced.MaxWait, p.Config.File.MaxHeld)
-		held = pl.enforced.MaxWait > 0
-	}
-	res, err := f.take(ctx, p, &pl.enforced)
-	if held && (err != nil || res.Outcome != bucket.Delayed) {
-		f.held.Add(-1)
-		held = false
-	}
-	if err != nil {
-		return f.storeFailed(ctx, start, p, &est, pl, err)
-	}
-	pl.result = res
-	pl.debited = res.Outcome == bucket.Allowed || res.Outcome == bucket.Delayed
-
-	if pl.shadowAll {
-		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
-	}
-	switch res.Outcome {
-	case bucket.Allowed:
-		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionAllowed, 0))), nil
-	case bucket.Delayed:
-		defer f.held.Add(-1)
-		f.m.holding(1)
-		defer f.m.holding(-1)
-		if err := sleep(ctx, res.Wait); err != nil {
-			// Envoy gave up on the request: give the reservation back.
-			f.refund(p, &pl.enforced)
-			f.m.error(reasonHoldCanceled)
-			return nil, status.FromContextError(err).Err()
-		}
-		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionDelayed, res.Wait))), nil
-	case bucket.Impossible:
-		return f.finish(start, &est, pl, tooLargeResponse(&est, pl, &res)), nil
-	default:
-		wait := res.Wait
-		if j := p.Config.File.Response.RetryJitter; j > 0 {
-			wait += time.Duration(float64(wait) * j * f.opts.Jitter())
-		}
-		return f.finish(start, &est, pl, rateLimitedResponse(&est, pl, &res, wait)), nil
-	}
 }
 
 // take runs one Take on the shared store and records its latency and health. A circuit
