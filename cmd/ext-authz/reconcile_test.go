@@ -82,7 +82,7 @@ rules:
 			// The response path, as Envoy's ext_proc filter sends it: headers, then the body with
 			// the provider's usage (15 tokens of the ~1,010 reserved).
 			md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				"envoy.filters.http.ext_authz": first.GetDynamicMetadata()}}
+				reservation.MetadataNamespace: first.GetDynamicMetadata()}}
 			stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 			if err != nil {
 				t.Fatalf("Process: %v", err)

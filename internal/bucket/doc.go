@@ -5,7 +5,10 @@
 // It owns the budget algorithms, the Lua script that runs them in Redis (bucket.lua), the key
 // layout, the Redis client construction (NewClient) and two stores with identical semantics:
 // Redis (at most one FCALL per decision, on a single node, a Sentinel-managed master or a Redis Cluster)
-// and Memory (in process, the embedded default for one replica). It returns concrete types and
+// and Memory (in process, the embedded default for one replica). The Redis store also owns the
+// replicas' heartbeat (Heartbeat, Leave, heartbeat.lua and its key, PREFIX + "replicas"), by
+// which replicas sharing it count each other, and the reload of a Cluster's slot map
+// (ReloadTopology): callers never reach for the client behind it. It returns concrete types and
 // must never import internal/filter (which declares the interface it needs) nor any wire protocol.
 //
 // # Decisions

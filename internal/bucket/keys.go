@@ -100,8 +100,8 @@ func keyCode(s *Spec) byte {
 	if s.Slot > 0 {
 		return 'G'
 	}
-	switch c := s.algCode(); c {
-	case 't', 'd', 'm':
+	switch c := s.Code(); c {
+	case CodeTokenBucket, CodeDaily, CodeMonthly:
 		return c - 'a' + 'A'
 	default:
 		return c

@@ -80,7 +80,7 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 	now := float64(m.now().UnixMicro())
 	for i := range bs {
 		b := &req.Buckets[i]
-		m.load(&bs[i], memKey{req.Tag, b.Name, b.algCode(), b.Slot}, paramsOf(b, b.Cost), now, req.Lease)
+		m.load(&bs[i], memKey{req.Tag, b.Name, b.Code(), b.Slot}, paramsOf(b, b.Cost), now, req.Lease)
 	}
 
 	outcome, blocking, wait := Allowed, -1, 0.0
@@ -113,11 +113,11 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 				continue
 			}
 			switch b.p.alg {
-			case 'c':
+			case CodeConcurrency:
 				b.leaseAdd(req.Lease, now+b.p.period)
-			case 't':
+			case CodeTokenBucket:
 				b.level -= b.p.amount
-			case 's':
+			case CodeSlidingWindow:
 				b.slotAdd(now+wait, b.p.amount)
 			default:
 				b.used += b.p.amount
@@ -155,10 +155,10 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 	for i := range adj {
 		a := &adj[i]
 		b = loaded{}
-		m.load(&b, memKey{tag, a.Name, a.algCode(), a.Slot}, paramsOf(&a.Spec, a.Delta), now, lease)
+		m.load(&b, memKey{tag, a.Name, a.Code(), a.Slot}, paramsOf(&a.Spec, a.Delta), now, lease)
 		d := b.p.amount
 		switch b.p.alg {
-		case 'c':
+		case CodeConcurrency:
 			// ZREM: the lease goes, nothing else is written (a set left empty is deleted).
 			if d > 0 && lease != "" && b.entry != nil {
 				delete(b.entry.leases, lease)
@@ -167,9 +167,9 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 				}
 			}
 			continue
-		case 't':
+		case CodeTokenBucket:
 			b.level = min(b.level+d, b.p.cap)
-		case 's':
+		case CodeSlidingWindow:
 			if d < 0 {
 				b.slotAdd(now, -d)
 				break
@@ -207,15 +207,15 @@ func (m *Memory) Lower(ctx context.Context, tag string, lv []Level) error {
 			continue
 		}
 		b = loaded{}
-		m.load(&b, memKey{tag, l.Name, l.algCode(), l.Slot}, paramsOf(&l.Spec, l.Remaining), now, "")
+		m.load(&b, memKey{tag, l.Name, l.Code(), l.Slot}, paramsOf(&l.Spec, l.Remaining), now, "")
 		d := b.current() - b.p.amount
 		if d <= 0 {
 			continue
 		}
 		switch b.p.alg {
-		case 't':
+		case CodeTokenBucket:
 			b.level = b.p.amount
-		case 's':
+		case CodeSlidingWindow:
 			b.slotAdd(now, d)
 		default:
 			b.used += d
@@ -257,7 +257,7 @@ func (m *Memory) load(b *loaded, key memKey, p params, now float64, lease string
 	}
 	b.entry = e
 	switch p.alg {
-	case 'c':
+	case CodeConcurrency:
 		if e == nil {
 			break
 		}
@@ -275,7 +275,7 @@ func (m *Memory) load(b *loaded, key memKey, p params, now float64, lease string
 		if exp, ok := e.leases[lease]; ok && lease != "" && exp > now {
 			b.cnt--
 		}
-	case 't':
+	case CodeTokenBucket:
 		if e == nil {
 			b.level, b.ts = p.cap, now
 		} else {
@@ -288,7 +288,7 @@ func (m *Memory) load(b *loaded, key memKey, p params, now float64, lease string
 		if b.level > p.cap {
 			b.level = p.cap
 		}
-	case 's':
+	case CodeSlidingWindow:
 		b.w = math.Ceil(p.period / SlidingWindows)
 		b.k = math.Floor(now / b.w)
 		if e != nil {
@@ -322,7 +322,7 @@ func (b *loaded) decide(now float64) {
 	switch {
 	case need > b.p.cap:
 		b.impossible = true
-	case b.p.alg == 'c':
+	case b.p.alg == CodeConcurrency:
 		if b.cnt+need > b.p.cap {
 			b.busy = true
 			b.wait = busyUS
@@ -330,11 +330,11 @@ func (b *loaded) decide(now float64) {
 				b.wait = max(1, min(b.first-now, busyUS))
 			}
 		}
-	case b.p.alg == 't':
+	case b.p.alg == CodeTokenBucket:
 		if b.level < need-float64(b.p.cap*epsilon) {
 			b.wait = math.Ceil((need - b.level) * b.p.period / b.p.limit)
 		}
-	case b.p.alg == 's':
+	case b.p.alg == CodeSlidingWindow:
 		if b.sum+need > b.p.cap {
 			left := b.sum
 			for _, s := range b.slots {
@@ -391,9 +391,9 @@ func (b *loaded) leaseAdd(lease string, exp float64) {
 // current is what a provider's report is compared with: remaining, unrounded.
 func (b *loaded) current() float64 {
 	switch b.p.alg {
-	case 't':
+	case CodeTokenBucket:
 		return b.level
-	case 's':
+	case CodeSlidingWindow:
 		return b.p.cap - b.sum
 	}
 	return b.p.cap - b.used
@@ -402,11 +402,11 @@ func (b *loaded) current() float64 {
 // remaining is the reported level, rounded down.
 func (b *loaded) remaining() float64 {
 	switch b.p.alg {
-	case 'c':
+	case CodeConcurrency:
 		return b.p.cap - b.cnt
-	case 't':
+	case CodeTokenBucket:
 		return math.Floor(b.level + float64(b.p.cap*epsilon))
-	case 's':
+	case CodeSlidingWindow:
 		return b.p.cap - b.sum
 	}
 	return b.p.cap - b.used
@@ -415,17 +415,17 @@ func (b *loaded) remaining() float64 {
 // reset is the time until the bucket is full (a quota: until its next period).
 func (b *loaded) reset(now float64) float64 {
 	switch b.p.alg {
-	case 'c':
+	case CodeConcurrency:
 		if b.last == 0 {
 			return 0
 		}
 		return b.last - now
-	case 't':
+	case CodeTokenBucket:
 		if b.level >= b.p.cap {
 			return 0
 		}
 		return math.Ceil((b.p.cap - b.level) * b.p.period / b.p.limit)
-	case 's':
+	case CodeSlidingWindow:
 		if len(b.slots) == 0 {
 			return 0
 		}
@@ -438,7 +438,7 @@ func (b *loaded) reset(now float64) float64 {
 func (m *Memory) store(b *loaded, now float64) {
 	full := false
 	switch b.p.alg {
-	case 'c':
+	case CodeConcurrency:
 		// ZREMRANGEBYSCORE of the expired leases, then the set is gone when empty.
 		live := make(map[string]float64, len(b.leases))
 		for k, exp := range b.leases {
@@ -448,9 +448,9 @@ func (m *Memory) store(b *loaded, now float64) {
 		}
 		b.leases = live
 		full = len(live) == 0
-	case 't':
+	case CodeTokenBucket:
 		full = b.level >= b.p.cap
-	case 's':
+	case CodeSlidingWindow:
 		full = b.sum <= 0
 	default:
 		full = b.used <= 0
@@ -466,13 +466,13 @@ func (m *Memory) store(b *loaded, now float64) {
 		b.entry = e
 	}
 	switch b.p.alg {
-	case 'c':
+	case CodeConcurrency:
 		e.leases = b.leases
 		e.expires = now + (math.Ceil(b.reset(now)/1000)+expiryMarginMS)*1000
 		return
-	case 't':
+	case CodeTokenBucket:
 		e.level, e.ts = b.level, b.ts
-	case 's':
+	case CodeSlidingWindow:
 		// Keep the live, non-empty sub-windows, in a slice of the entry's own.
 		kept := e.slots[:0]
 		if len(b.slots) > cap(e.slots) {
@@ -489,7 +489,7 @@ func (m *Memory) store(b *loaded, now float64) {
 		e.used, e.period = b.used, b.per
 	}
 	live := b.reset(now)
-	if b.p.alg == 'd' || b.p.alg == 'm' {
+	if b.p.alg == CodeDaily || b.p.alg == CodeMonthly {
 		live = periodStart(b.p.alg, b.per+math.Ceil(b.used/b.p.limit)) - now
 	}
 	e.expires = now + (math.Ceil(live/1000)+expiryMarginMS)*1000
@@ -516,7 +516,7 @@ func (m *Memory) sweep(now float64) {
 // periodOf is the index of the calendar period holding t: days, or months since year 0.
 func periodOf(alg byte, t float64) float64 {
 	day := math.Floor(t / dayUS)
-	if alg == 'd' {
+	if alg == CodeDaily {
 		return day
 	}
 	y, m := civil(day)
@@ -525,7 +525,7 @@ func periodOf(alg byte, t float64) float64 {
 
 // periodStart is the first microsecond of calendar period p.
 func periodStart(alg byte, p float64) float64 {
-	if alg == 'd' {
+	if alg == CodeDaily {
 		return p * dayUS
 	}
 	y := math.Floor(p / 12)

@@ -40,7 +40,9 @@ type RedisOptions struct {
 type Redis struct {
 	client redis.UniversalClient
 	prefix string
-	lib    *library
+	// replicasKey is the sorted set of live replicas (Heartbeat), under the prefix as given.
+	replicasKey string
+	lib         *library
 	// now, when set, replaces the server's TIME inside the script; tests only (see redis_test.go).
 	now func() time.Time
 	// batch, when set, coalesces concurrent calls into pipelines (RedisOptions.MaxBatch).
@@ -49,7 +51,7 @@ type Redis struct {
 
 // NewRedis returns a store on client. The client is the caller's to close.
 func NewRedis(client redis.UniversalClient, opts RedisOptions) *Redis {
-	s := &Redis{client: client, prefix: cleanPrefix(opts.Prefix), lib: lib}
+	s := &Redis{client: client, prefix: cleanPrefix(opts.Prefix), replicasKey: opts.Prefix + "replicas", lib: lib}
 	if opts.MaxBatch > 0 {
 		if opts.MaxInFlight <= 0 {
 			opts.MaxInFlight = 2

@@ -76,25 +76,56 @@ func (s *Spec) validate(amount int64, adjust bool) error {
 	return nil
 }
 
-// algCode is the algorithm's letter in the script's arguments and in the key.
-func (s *Spec) algCode() byte {
+// Algorithm codes: the letter of a bucket's algorithm, and of a quota's calendar, in the
+// script's arguments (bucket.lua spells the same letters), in the stored keys and in the
+// reservation that the response path reads. This is the one definition in Go.
+const (
+	CodeTokenBucket   = 't'
+	CodeSlidingWindow = 's'
+	CodeDaily         = 'd' // a Quota per Day
+	CodeMonthly       = 'm' // a Quota per Month
+	CodeConcurrency   = 'c'
+)
+
+// Code is the algorithm code of s.
+func (s *Spec) Code() byte {
 	switch s.Algorithm {
 	case SlidingWindow:
-		return 's'
+		return CodeSlidingWindow
 	case Quota:
 		if s.Calendar == Month {
-			return 'm'
+			return CodeMonthly
 		}
-		return 'd'
+		return CodeDaily
 	case Concurrency:
-		return 'c'
+		return CodeConcurrency
 	}
-	return 't'
+	return CodeTokenBucket
+}
+
+// SetCode sets the algorithm (and a quota's calendar) of s from its code; false for a byte
+// that is not one.
+func (s *Spec) SetCode(c byte) bool {
+	switch c {
+	case CodeTokenBucket:
+		s.Algorithm = TokenBucket
+	case CodeSlidingWindow:
+		s.Algorithm = SlidingWindow
+	case CodeDaily:
+		s.Algorithm, s.Calendar = Quota, Day
+	case CodeMonthly:
+		s.Algorithm, s.Calendar = Quota, Month
+	case CodeConcurrency:
+		s.Algorithm = Concurrency
+	default:
+		return false
+	}
+	return true
 }
 
 // sameBucket reports whether a and b name the same stored bucket.
 func sameBucket(a, b *Spec) bool {
-	return a.Name == b.Name && a.algCode() == b.algCode() && a.Slot == b.Slot
+	return a.Name == b.Name && a.Code() == b.Code() && a.Slot == b.Slot
 }
 
 // continues reports whether bucket i of a call (spec(i)) is stored in the key of the bucket
@@ -214,7 +245,7 @@ type params struct {
 func paramsOf(s *Spec, amount int64) params {
 	c := s.Capacity()
 	p := params{
-		alg:     s.algCode(),
+		alg:     s.Code(),
 		limit:   float64(s.Limit),
 		cap:     float64(c),
 		amount:  float64(amount),

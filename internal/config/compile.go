@@ -28,6 +28,50 @@ type Config struct {
 	TenantClasses []TenantClassRule
 	// LogClearTenant: the answer's metadata names the tenant itself, not its hash (tenant.log).
 	LogClearTenant bool
+	// TenantSource is tenant.source; TenantHeader is tenant.header, lower case, when it is
+	// TenantFromHeader, else "".
+	TenantSource TenantSource
+	TenantHeader string
+	// FailureMode is failure.mode.
+	FailureMode FailureMode
+	// RefuseUnreadable: pricing.unreadable.policy is refuse (else bound).
+	RefuseUnreadable bool
+}
+
+// TenantSource is where a request's tenant comes from (tenant.source).
+type TenantSource uint8
+
+const (
+	TenantNone                 TenantSource = iota // every request is tenant.default
+	TenantFromHeader                               // the header tenant.header
+	TenantFromPrincipal                            // the peer's principal (mTLS identity)
+	TenantFromContextExtension                     // the route's context_extensions
+)
+
+var tenantSources = map[string]TenantSource{
+	"none": TenantNone, "header": TenantFromHeader, "principal": TenantFromPrincipal, "context_extension": TenantFromContextExtension,
+}
+
+// FailureMode is what a decision does while the shared store cannot decide (failure.mode).
+type FailureMode uint8
+
+const (
+	FailDeny  FailureMode = iota // deny with 503
+	FailAllow                    // allow, unlimited
+	FailLocal                    // decide on the replica's share of each limit, in memory
+)
+
+var failureModes = map[string]FailureMode{"deny": FailDeny, "allow": FailAllow, "local": FailLocal}
+
+// String is the mode as the file spells it.
+func (m FailureMode) String() string {
+	switch m {
+	case FailAllow:
+		return "allow"
+	case FailLocal:
+		return "local"
+	}
+	return "deny"
 }
 
 // TenantClassRule gives the tenants matching Tenant the class Class, whose floor is Floor.
@@ -111,14 +155,12 @@ func (f *File) compile() (*Config, error) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
 
-	switch f.Tenant.Source {
-	case "none", "principal", "context_extension":
-	case "header":
-		if f.Tenant.Header == "" {
-			bad("tenant.header", "required with tenant.source: header")
-		}
-	default:
+	source, ok := tenantSources[f.Tenant.Source]
+	switch {
+	case !ok:
 		bad("tenant.source", "%q is not one of none, header, principal, context_extension", f.Tenant.Source)
+	case source == TenantFromHeader && f.Tenant.Header == "":
+		bad("tenant.header", "required with tenant.source: header")
 	}
 	f.Tenant.Header = strings.ToLower(f.Tenant.Header)
 	if f.Tenant.Default == "" {
@@ -130,7 +172,10 @@ func (f *File) compile() (*Config, error) {
 		bad("tenant.log", "%q is not hash or clear", f.Tenant.Log)
 	}
 
-	c := &Config{Classes: map[string]float64{}, LogClearTenant: f.Tenant.Log == "clear"}
+	c := &Config{Classes: map[string]float64{}, LogClearTenant: f.Tenant.Log == "clear", TenantSource: source}
+	if source == TenantFromHeader {
+		c.TenantHeader = f.Tenant.Header
+	}
 	for name, cl := range f.Priority.Classes {
 		if cl.Floor < 0 || cl.Floor >= 1 {
 			bad("priority.classes."+name+".floor", "%v is not in [0, 1)", cl.Floor)
@@ -169,7 +214,9 @@ func (f *File) compile() (*Config, error) {
 		bad("pricing.max_request_bytes", "%d is not in (0, 1 GiB]", f.Pricing.MaxRequestBytes)
 	}
 	switch f.Pricing.Unreadable.Policy {
-	case "bound", "refuse":
+	case "bound":
+	case "refuse":
+		c.RefuseUnreadable = true
 	default:
 		bad("pricing.unreadable.policy", "%q is not bound or refuse", f.Pricing.Unreadable.Policy)
 	}
@@ -185,9 +232,7 @@ func (f *File) compile() (*Config, error) {
 		bad("pricing.fallback_encoding", "%q is not o200k_base or cl100k_base", f.Pricing.FallbackEncoding)
 	}
 
-	switch f.Failure.Mode {
-	case "deny", "allow", "local":
-	default:
+	if c.FailureMode, ok = failureModes[f.Failure.Mode]; !ok {
 		bad("failure.mode", "%q is not one of deny, allow, local", f.Failure.Mode)
 	}
 	if f.Failure.Replicas < 1 {

@@ -364,3 +364,35 @@ func TestSettlement(t *testing.T) {
 		}
 	}
 }
+
+// The choices a decision branches on are compiled to typed values once; a value the file does
+// not spell is rejected, never read as the zero choice.
+func TestTypedChoices(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml   string
+		source TenantSource
+		header string
+		mode   FailureMode
+		refuse bool
+	}{
+		{"", TenantNone, "", FailDeny, false},
+		{"tenant: {source: header, header: X-Tenant}\nfailure: {mode: local}\n", TenantFromHeader, "x-tenant", FailLocal, false},
+		{"tenant: {source: principal, header: X-Tenant}\nfailure: {mode: allow}\n", TenantFromPrincipal, "", FailAllow, false},
+		{"tenant: {source: context_extension}\npricing: {unreadable: {policy: refuse}}\n", TenantFromContextExtension, "", FailDeny, true},
+	} {
+		c, err := Parse([]byte(tc.yaml), t.Name())
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if c.TenantSource != tc.source || c.TenantHeader != tc.header || c.FailureMode != tc.mode || c.RefuseUnreadable != tc.refuse {
+			t.Errorf("%q: source %d header %q mode %s refuse %v; want %d %q %s %v", tc.yaml,
+				c.TenantSource, c.TenantHeader, c.FailureMode, c.RefuseUnreadable, tc.source, tc.header, tc.mode, tc.refuse)
+		}
+	}
+	for _, bad := range []string{"tenant: {source: Header}\n", "failure: {mode: open}\n", "tenant: {source: header}\n"} {
+		if _, err := Parse([]byte(bad), t.Name()); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}

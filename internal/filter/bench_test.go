@@ -13,6 +13,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -77,7 +78,7 @@ func sizeName(n int) string { return fmt.Sprintf("%dKB", n>>10) }
 // BenchmarkHotPath measures the pieces of one decision, each on its own, on the in-memory store:
 // decode (the service's reader of the CheckRequest's encoding; decode-proto is protobuf's full
 // decoding, which the no-op floor pays), price (the Estimator), decide (CheckBytes: decode,
-// parse, price, plan, take, answer) and encode (AppendAnswer; encode-proto is proto.Marshal of
+// parse, price, plan, take, answer) and encode (Answer.AppendTo; encode-proto is proto.Marshal of
 // Answer.Response).
 // The Redis round trip is measured by bucket.BenchmarkRedis and the whole path under load by
 // cmd/loadgen.
@@ -95,8 +96,8 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ReportAllocs()
 			p := e.f.Policy()
 			for b.Loop() {
-				var w wireRequest
-				if err := decode(p, wire, &w); err != nil || len(w.body()) == 0 {
+				var w authzwire.Request
+				if err := decode(p, wire, &w); err != nil || len(w.Body()) == 0 {
 					b.Fatal(err)
 				}
 			}
@@ -163,8 +164,8 @@ func BenchmarkHotPath(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := AppendAnswer(nil, a); !ok {
-					b.Fatal("AppendAnswer declined")
+				if _, ok := a.AppendTo(nil); !ok {
+					b.Fatal("AppendTo declined")
 				}
 			}
 		})
@@ -199,8 +200,8 @@ func TestHotPathBenchmarkSmoke(t *testing.T) {
 	}
 	res := testing.Benchmark(func(b *testing.B) {
 		for b.Loop() {
-			if _, ok := AppendAnswer(nil, a); !ok {
-				b.Fatal("AppendAnswer declined")
+			if _, ok := a.AppendTo(nil); !ok {
+				b.Fatal("AppendTo declined")
 			}
 		}
 	})

@@ -17,21 +17,32 @@ import (
 // policy applied at once.
 const reasonBreakerOpen Reason = "breaker_open"
 
-// errBreakerOpen is the store error of a decision taken while the breaker is open.
+// errBreakerOpen is the error of a Take that the breaker answered without calling the store.
 var errBreakerOpen = errors.New("filter: store circuit breaker open")
 
-// Breaker states, as the value of llm_ratelimit_store_breaker_state.
+// outageError is a store failure returned while the breaker is open or probing (this failure
+// may have opened it): the breaker logged the outage, so the decision need not warn again.
+// Its message is the store's.
+type outageError struct{ err error }
+
+func (e *outageError) Error() string { return e.err.Error() }
+func (e *outageError) Unwrap() error { return e.err }
+
+// BreakerState is the state of a Breaker, as the value of llm_ratelimit_store_breaker_state.
+type BreakerState int32
+
 const (
-	breakerClosed   int32 = 0 // the store is called
-	breakerOpen     int32 = 1 // the store is not called: the failure policy applies at once
-	breakerHalfOpen int32 = 2 // one probe request calls the store; the others still fail fast
+	BreakerClosed   BreakerState = 0 // the store is called
+	BreakerOpen     BreakerState = 1 // the store is not called: the failure policy applies at once
+	BreakerHalfOpen BreakerState = 2 // one probe request calls the store; the others still fail fast
 )
 
-func breakerStateName(s int32) string {
+// String is the state's name in logs and metric labels: closed, open or half_open.
+func (s BreakerState) String() string {
 	switch s {
-	case breakerOpen:
+	case BreakerOpen:
 		return "open"
-	case breakerHalfOpen:
+	case BreakerHalfOpen:
 		return "half_open"
 	}
 	return "closed"
@@ -55,13 +66,15 @@ type BreakerOptions struct {
 	Now func() time.Time
 }
 
-// Breaker is the circuit breaker in front of the shared store. While the store fails, it keeps
-// the filter from paying a store timeout on every request: after Failures failures in a row it
-// opens, every decision applies the failure policy without calling the store, and every OpenFor
-// one request probes the store (or a successful health ping lets the next request probe at once);
-// the first success closes it. It is safe for concurrent use; the closed state costs one atomic
-// load per request.
+// Breaker is the circuit breaker in front of the shared store: a Limiter that calls the store's.
+// While the store fails, it keeps decisions from paying a store timeout each: after Failures
+// failures of Take in a row it opens, and Take fails at once (the filter applies the failure
+// policy) without calling the store; every OpenFor one Take probes the store (or a successful
+// health ping lets the next one probe at once); the first success closes it. Adjust always calls
+// the store: refunds and charges are not decisions. It is safe for concurrent use; the closed
+// state costs one atomic load per Take.
 type Breaker struct {
+	store Limiter
 	opts  BreakerOptions
 	state atomic.Int32
 	fails atomic.Int32
@@ -76,8 +89,10 @@ type Breaker struct {
 	transitions *prometheus.CounterVec
 }
 
-// NewBreaker returns a closed Breaker.
-func NewBreaker(opts BreakerOptions) *Breaker {
+var _ Limiter = (*Breaker)(nil)
+
+// NewBreaker returns a closed Breaker in front of store.
+func NewBreaker(store Limiter, opts BreakerOptions) *Breaker {
 	if opts.Failures <= 0 {
 		opts.Failures = 3
 	}
@@ -90,7 +105,7 @@ func NewBreaker(opts BreakerOptions) *Breaker {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	b := &Breaker{opts: opts}
+	b := &Breaker{store: store, opts: opts}
 	if opts.Registerer != nil {
 		b.stateGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llm_ratelimit_store_breaker_state",
@@ -105,23 +120,43 @@ func NewBreaker(opts BreakerOptions) *Breaker {
 	return b
 }
 
-// State returns "closed", "open" or "half_open".
-func (b *Breaker) State() string { return breakerStateName(b.state.Load()) }
+// State returns the breaker's state.
+func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
+
+// Take debits req on the store, unless the breaker is open: then it returns errBreakerOpen at
+// once. A store failure while the breaker is (now) open or probing is an *outageError.
+func (b *Breaker) Take(ctx context.Context, req *bucket.Request) (bucket.Result, error) {
+	ok, probe := b.allow()
+	if !ok {
+		return bucket.Result{}, errBreakerOpen
+	}
+	res, err := b.store.Take(ctx, req)
+	b.done(ctx, probe, err)
+	if err != nil && b.State() != BreakerClosed {
+		err = &outageError{err}
+	}
+	return res, err
+}
+
+// Adjust calls the store's Adjust, whatever the state.
+func (b *Breaker) Adjust(ctx context.Context, tag string, adj []bucket.Adjustment) error {
+	return b.store.Adjust(ctx, tag, adj)
+}
 
 // allow reports whether a decision may call the store, and whether that call is the probe.
 func (b *Breaker) allow() (ok, probe bool) {
-	if b.state.Load() == breakerClosed {
+	if b.State() == BreakerClosed {
 		return true, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state.Load() {
-	case breakerClosed:
+	switch b.State() {
+	case BreakerClosed:
 		return true, false
-	case breakerOpen:
+	case BreakerOpen:
 		if !b.probing && !b.opts.Now().Before(b.until) {
 			b.probing = true
-			b.setState(breakerHalfOpen)
+			b.setState(BreakerHalfOpen)
 			return true, true
 		}
 	}
@@ -135,7 +170,7 @@ func (b *Breaker) done(ctx context.Context, probe bool, err error) {
 		if b.fails.Load() != 0 {
 			b.fails.Store(0)
 		}
-		if probe || b.state.Load() != breakerClosed {
+		if probe || b.State() != BreakerClosed {
 			b.close("probe succeeded")
 		}
 		return
@@ -144,7 +179,7 @@ func (b *Breaker) done(ctx context.Context, probe bool, err error) {
 		if probe {
 			b.mu.Lock()
 			b.probing = false
-			b.setState(breakerOpen) // until has passed: the next request probes
+			b.setState(BreakerOpen) // until has passed: the next request probes
 			b.mu.Unlock()
 		}
 		return
@@ -158,16 +193,16 @@ func (b *Breaker) done(ctx context.Context, probe bool, err error) {
 	now := b.opts.Now()
 	b.until = now.Add(b.opts.OpenFor)
 	b.probing = false
-	switch b.state.Load() {
-	case breakerClosed:
+	switch b.State() {
+	case BreakerClosed:
 		b.openedAt, b.skipped = now, 0
-		b.setState(breakerOpen)
+		b.setState(BreakerOpen)
 		b.opts.Logger.Warn("store circuit breaker open: the failure policy applies without calling the store",
 			zap.String("reason", string(storeReason(ctx, err))), zap.Int32("failures", n),
 			zap.Duration("probe_every", b.opts.OpenFor), zap.Error(err))
-	case breakerHalfOpen:
+	case BreakerHalfOpen:
 		// A failed probe: one debug line per probe, not a warning per interval.
-		b.setState(breakerOpen)
+		b.setState(BreakerOpen)
 		b.opts.Logger.Debug("store probe failed", zap.String("reason", string(storeReason(ctx, err))), zap.Error(err))
 	}
 }
@@ -175,11 +210,11 @@ func (b *Breaker) done(ctx context.Context, probe bool, err error) {
 // Healthy tells the breaker that a health ping of the store succeeded: an open breaker lets the
 // next request probe at once rather than at the end of its open period.
 func (b *Breaker) Healthy() {
-	if b.state.Load() != breakerOpen {
+	if b.State() != BreakerOpen {
 		return
 	}
 	b.mu.Lock()
-	if b.state.Load() == breakerOpen {
+	if b.State() == BreakerOpen {
 		b.until = time.Time{}
 	}
 	b.mu.Unlock()
@@ -188,23 +223,23 @@ func (b *Breaker) Healthy() {
 func (b *Breaker) close(why string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state.Load() == breakerClosed {
+	if b.State() == BreakerClosed {
 		return
 	}
 	b.probing = false
-	b.setState(breakerClosed)
+	b.setState(BreakerClosed)
 	b.opts.Logger.Info("store circuit breaker closed: the store decides again", zap.String("why", why),
 		zap.Duration("outage", b.opts.Now().Sub(b.openedAt)), zap.Int64("failed_fast", b.skipped))
 }
 
 // setState changes the state; b.mu is held.
-func (b *Breaker) setState(s int32) {
-	if b.state.Swap(s) == s {
+func (b *Breaker) setState(s BreakerState) {
+	if BreakerState(b.state.Swap(int32(s))) == s {
 		return
 	}
 	if b.stateGauge != nil {
 		b.stateGauge.Set(float64(s))
-		b.transitions.WithLabelValues(breakerStateName(s)).Inc()
+		b.transitions.WithLabelValues(s.String()).Inc()
 	}
 }
 

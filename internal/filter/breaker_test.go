@@ -42,10 +42,11 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	reg := prometheus.NewRegistry()
 	store := &flaky{err: errDown}
-	e := newEnv(t, "failure: {mode: deny}\nrules: [{name: r, tokens: {limit: 1000000, period: minute}}]\n", Options{Limiter: store})
+	var e *env // the breaker's clock is the env's
+	br := NewBreaker(store, BreakerOptions{Failures: 3, OpenFor: time.Second, Logger: zap.New(core), Registerer: reg,
+		Now: func() time.Time { return e.clock.Now() }})
+	e = newEnv(t, "failure: {mode: deny}\nrules: [{name: r, tokens: {limit: 1000000, period: minute}}]\n", Options{Limiter: br})
 	store.inner = e.store
-	br := NewBreaker(BreakerOptions{Failures: 3, OpenFor: time.Second, Logger: zap.New(core), Registerer: reg, Now: e.clock.Now})
-	e.f.opts.Breaker = br
 	ask := func() string { return decision(e.check(t, "chat")) }
 
 	if got := ask(); got != decisionAllowed {
@@ -61,7 +62,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	if got := store.calls.Load(); got != 1+3 {
 		t.Errorf("store called %d times, want 4", got)
 	}
-	if br.State() != "open" || metricValue(t, br.stateGauge) != 1 {
+	if br.State() != BreakerOpen || metricValue(t, br.stateGauge) != 1 {
 		t.Errorf("state %s", br.State())
 	}
 	// Every OpenFor, one probe: still down, so it opens again.
@@ -78,7 +79,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	if got := ask(); got != decisionAllowed {
 		t.Errorf("after recovery: %s", got)
 	}
-	if br.State() != "closed" {
+	if br.State() != BreakerClosed {
 		t.Errorf("state %s after a successful probe", br.State())
 	}
 	// One line per transition, none per request.
@@ -103,7 +104,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 // open the breaker: a hostile client must not switch everyone to the failure policy.
 func TestBreakerIgnoresNonStoreErrors(t *testing.T) {
 	t.Parallel()
-	br := NewBreaker(BreakerOptions{Failures: 1})
+	br := NewBreaker(nil, BreakerOptions{Failures: 1})
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, tc := range []struct {
@@ -115,12 +116,12 @@ func TestBreakerIgnoresNonStoreErrors(t *testing.T) {
 	} {
 		ok, probe := br.allow()
 		br.done(tc.ctx, probe, tc.err)
-		if !ok || br.State() != "closed" {
+		if !ok || br.State() != BreakerClosed {
 			t.Errorf("%v: state %s", tc.err, br.State())
 		}
 	}
 	br.done(context.Background(), false, errors.New("connection refused"))
-	if br.State() != "open" {
+	if br.State() != BreakerOpen {
 		t.Errorf("a store error left the breaker %s", br.State())
 	}
 }
@@ -129,7 +130,7 @@ func TestBreakerIgnoresNonStoreErrors(t *testing.T) {
 func TestBreakerOneProbe(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(0, 0)
-	br := NewBreaker(BreakerOptions{Failures: 1, OpenFor: time.Second, Now: func() time.Time { return now }})
+	br := NewBreaker(nil, BreakerOptions{Failures: 1, OpenFor: time.Second, Now: func() time.Time { return now }})
 	br.done(context.Background(), false, errDown)
 	now = now.Add(time.Second)
 	probes := 0

@@ -4,9 +4,10 @@
 // OK that carries the rate-limit headers, or a denial in the provider's own error format (whose
 // body the provider's dialect renders: internal/provider/dialects).
 //
-// The service reads each CheckRequest in place from its protobuf encoding (CheckBytes; Check is
-// the same decision for a decoded request) and encodes its answers by hand (AppendAnswer):
-// protobuf's generic decoding and encoding cost more than the rest of a decision but pricing.
+// It decides over plain values: CheckBytes has internal/authzwire read the request's encoding
+// in place (Check is the same decision for a decoded request), and its Answer keeps the
+// metadata as values until authzwire writes the encoding (Answer.AppendTo). What the answers
+// say (status, headers, bodies, metadata) is decided here; how they are encoded is authzwire's.
 //
 // Every answer is sent within the check's attempt (Options.CheckTimeout, Envoy's per-try timeout,
 // and ctx's deadline), whatever the client sends: a large body is counted exactly only in one of a
@@ -15,6 +16,8 @@
 // would be decided by Envoy's failure mode, unpriced.
 //
 // Over the limit is a decision, not an error: a denial is a successful RPC. Only a request that is
-// not HTTP at all, or not valid protobuf, is an RPC error. This package owns every mapping to the wire; it declares the
-// small interfaces it needs and must never be imported by the bucket, tokens or provider packages.
+// not HTTP at all, or not valid protobuf, is an RPC error. This package owns every mapping of a
+// decision or an error to the answer; it declares the small interfaces it needs (Limiter,
+// Estimator) and must never be imported by the bucket, tokens, provider or authzwire packages,
+// nor import internal/server.
 package filter

@@ -16,13 +16,15 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
-// Limiter debits budgets atomically. bucket.Redis and bucket.Memory implement it.
+// Limiter debits budgets atomically. bucket.Redis and bucket.Memory implement it, and Breaker
+// in front of another.
 type Limiter interface {
 	// Take debits every bucket of req, or none.
 	Take(ctx context.Context, req *bucket.Request) (bucket.Result, error)
@@ -44,7 +46,8 @@ type Policy struct {
 
 // Options configures a Filter.
 type Options struct {
-	// Limiter is the shared store. Required.
+	// Limiter is the shared store, as the decisions call it (the service puts a Breaker in
+	// front of it). Required.
 	Limiter Limiter
 	// Fallback is the in-memory store used while Limiter fails and failure.mode is local.
 	// Without it, local mode denies like deny mode.
@@ -63,9 +66,6 @@ type Options struct {
 	// LeaseID returns a new, unique in-flight lease id (see bucket.Request.Lease). Default: 64
 	// random bits in hex.
 	LeaseID func() string
-	// Breaker is the circuit breaker in front of Limiter. Default: NewBreaker with its defaults,
-	// logging to Logger.
-	Breaker *Breaker
 	// StoreTimeout, when positive, bounds each store call whatever the client does inside it
 	// (waiting for a pooled connection, dialling, asking a Sentinel, following redirections), so
 	// that a Check never waits for the store longer than this. Default: no bound but ctx's.
@@ -93,13 +93,12 @@ type Options struct {
 type Filter struct {
 	authv3.UnimplementedAuthorizationServer
 
-	policy   atomic.Pointer[Policy]
-	opts     Options
-	log      *zap.Logger
-	m        *Metrics
-	held     atomic.Int64
-	routes   routeCache
-	degraded atomic.Bool
+	policy atomic.Pointer[Policy]
+	opts   Options
+	log    *zap.Logger
+	m      *Metrics
+	held   atomic.Int64
+	routes routeCache
 	// replicas is the number of live replicas last discovered through the store; 0: unknown.
 	replicas atomic.Int64
 	// storeOK is when a shared store call last succeeded, in Unix nanoseconds; 0: never.
@@ -132,9 +131,6 @@ func New(p *Policy, opts Options) (*Filter, error) {
 	}
 	if opts.LeaseID == nil {
 		opts.LeaseID = newLeaseID
-	}
-	if opts.Breaker == nil {
-		opts.Breaker = NewBreaker(BreakerOptions{Logger: opts.Logger, Now: opts.Now})
 	}
 	if opts.PricingSlots == 0 {
 		opts.PricingSlots = defaultPricingSlots()
@@ -177,15 +173,16 @@ func (f *Filter) HoldLimit() time.Duration {
 	return f.opts.CheckTimeout - f.opts.StoreTimeout - f.opts.HoldMargin
 }
 
-// Degraded reports whether the last store call failed (the store is considered unreachable).
-func (f *Filter) Degraded() bool { return f.degraded.Load() }
-
 // StoreAnsweredSince reports whether a decision's call to the shared store succeeded at or
 // after t (by the filter's clock): the store was up then, without a health ping to ask it.
 func (f *Filter) StoreAnsweredSince(t time.Time) bool {
 	ok := f.storeOK.Load()
 	return ok != 0 && ok >= t.UnixNano()
 }
+
+// CountsReplicas reports whether the policy in force needs the number of live replicas
+// (SetReplicas): in failure.mode local it divides the limits.
+func (f *Filter) CountsReplicas() bool { return f.policy.Load().Config.FailureMode == config.FailLocal }
 
 // SetReplicas records the number of live replicas discovered through the store (a heartbeat
 // while it is up). In failure.mode local, each replica then enforces limit / n; until a first
@@ -200,162 +197,9 @@ func (f *Filter) localReplicas(p *Policy) int {
 	return p.Config.File.Failure.Replicas
 }
 
-// request is the parsed view of a CheckRequest that a decision needs.
-type request struct {
-	in       tokens.Input
-	path     string // without the query string
-	tenant   string
-	priority string
-	floor    float64
-	route    *config.Route
-	// own is true when the request carried the operator's own provider credential (and no
-	// other): only then may the provider's answer correct a provider_feedback rule.
-	own bool
-}
-
-// parse reads what a decision needs from a decoded CheckRequest. The body is used in place;
-// the strings a decision may keep (path, tenant, priority) are copied out of the message.
-func (f *Filter) parse(p *Policy, w *wireRequest) (*request, error) {
-	if !w.http {
-		return nil, status.Error(codes.InvalidArgument, "filter: check request without HTTP attributes")
-	}
-	r := &request{}
-	r.in.Path = w.path
-	if r.in.Path == "" {
-		r.in.Path = w.hdr[hdrPath]
-	}
-	r.in.Path = strings.Clone(r.in.Path)
-	r.path = r.in.Path
-	if i := strings.IndexByte(r.path, '?'); i >= 0 {
-		r.path = r.path[:i]
-	}
-	// The host decides the provider (dialects.Recognize). It is read in place: pricing does not
-	// keep it.
-	r.in.Host = w.host
-	if r.in.Host == "" {
-		r.in.Host = w.hdr[hdrAuthority]
-	}
-	r.in.Body = w.body()
-	r.in.ContentType = w.hdr[hdrContentType]
-	r.in.ContentEncoding = w.hdr[hdrContentEncoding]
-	r.in.ContentLength = -1
-	if w.has[hdrContentLength] {
-		if n, err := strconv.ParseInt(w.hdr[hdrContentLength], 10, 64); err == nil && n >= 0 {
-			r.in.ContentLength = n
-		}
-	} else if w.size > 0 {
-		r.in.ContentLength = w.size
-	}
-	r.in.NoContentLength = !w.has[hdrContentLength]
-	r.in.Partial = w.hdr[hdrPartial] == "true"
-
-	cfg := p.Config
-	if len(w.ext) > 0 {
-		rt, err := f.routes.get(cfg, w.ext)
-		if err != nil {
-			return r, err
-		}
-		if lim := f.HoldLimit(); lim > 0 && rt.Rule != nil && rt.Rule.MaxWait > lim {
-			return r, fmt.Errorf("context_extensions[max_wait]: %v cannot be honoured: a check attempt ends within %v (-check-timeout) and holds need the store first", rt.Rule.MaxWait, lim)
-		}
-		r.route = rt
-	}
-	switch cfg.File.Tenant.Source {
-	case "header":
-		r.tenant = strings.Clone(w.hdr[hdrTenant])
-	case "principal":
-		r.tenant = strings.Clone(w.principal)
-	case "context_extension":
-		if r.route != nil {
-			r.tenant = r.route.Tenant
-		}
-	}
-	// Envoy joins a repeated header's values with commas: an identity header with a comma was
-	// sent more than once (or names a list), and is refused rather than read as one tenant.
-	if strings.IndexByte(w.hdr[hdrTenant], ',') >= 0 {
-		return r, &identityError{header: cfg.File.Tenant.Header}
-	}
-	if strings.IndexByte(w.hdr[hdrPriority], ',') >= 0 {
-		return r, &identityError{header: cfg.File.Priority.Header}
-	}
-	if r.tenant == "" {
-		r.tenant = cfg.File.Tenant.Default
-	}
-	if cfg.Feedback {
-		r.own = ownCredential(cfg.Own, w)
-	}
-	r.priority = cfg.File.Priority.Default
-	r.floor = cfg.DefaultFloor
-	if fl, ok := cfg.Classes[w.hdr[hdrPriority]]; ok && w.has[hdrPriority] {
-		r.priority, r.floor = strings.Clone(w.hdr[hdrPriority]), fl
-	} else {
-		for i := range cfg.TenantClasses {
-			if tc := &cfg.TenantClasses[i]; tc.Tenant.Match(r.tenant) {
-				r.priority, r.floor = tc.Class, tc.Floor
-				break
-			}
-		}
-	}
-	return r, nil
-}
-
-// ownCredential reports whether w carried the operator's credential and nothing else: every
-// credential header present must be one of the operator's (by salted hash), and at least one must
-// be. A client's own key has its own budget at the provider, whose answers say nothing of ours; a
-// repeated header arrives joined with a comma and never matches. With credentials.injected, Envoy
-// replaces whatever the client sent, and every request counts as the operator's.
-func ownCredential(o *config.OwnCredentials, w *wireRequest) bool {
-	if o.Injected() {
-		return true
-	}
-	found := false
-	for _, i := range [...]int{hdrAuthorization, hdrXAPIKey, hdrAPIKey} {
-		if !w.has[i] {
-			continue
-		}
-		v := w.hdr[i]
-		if i == hdrAuthorization {
-			v = config.BearerToken(v)
-		}
-		if !o.Own(v) {
-			return false
-		}
-		found = true
-	}
-	return found
-}
-
-// identityError is a request whose identity header came more than once.
-type identityError struct{ header string }
-
-func (e *identityError) Error() string {
-	return "filter: header " + e.header + " given more than once"
-}
-
-// decode reads data, an encoded CheckRequest, into w for p.
-func decode(p *Policy, data []byte, w *wireRequest) error {
-	tenant := ""
-	if p.Config.File.Tenant.Source == "header" {
-		tenant = p.Config.File.Tenant.Header
-	}
-	if err := decodeCheck(data, tenant, p.Config.File.Priority.Header, w); err != nil {
-		return status.Error(codes.InvalidArgument, "filter: "+err.Error())
-	}
-	return nil
-}
-
-// marshal encodes req for CheckBytes.
-func marshal(req *authv3.CheckRequest) ([]byte, error) {
-	data, err := proto.Marshal(req)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, "filter: "+err.Error())
-	}
-	return data, nil
-}
-
 // Check decides one request: CheckBytes of its encoding, its answer as a CheckResponse. The
 // service serves CheckBytes, which reads the encoded request in place and whose answer is
-// encoded by AppendAnswer; Check is for callers that hold a decoded request.
+// encoded by Answer.AppendTo; Check is for callers that hold a decoded request.
 func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	data, err := marshal(req)
 	if err != nil {
@@ -378,7 +222,7 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	start := f.opts.Now()
 	p := f.policy.Load()
-	var w wireRequest
+	var w authzwire.Request
 	if err := decode(p, data, &w); err != nil {
 		f.m.error(reasonMalformed)
 		return nil, err
@@ -472,13 +316,158 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 }
 
-// take runs one Take on the shared store and records its latency and health.
-// The circuit breaker may answer instead of the store (errBreakerOpen).
-func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (bucket.Result, error) {
-	ok, probe := f.opts.Breaker.allow()
-	if !ok {
-		return bucket.Result{}, errBreakerOpen
+// request is the parsed view of a CheckRequest that a decision needs.
+type request struct {
+	in       tokens.Input
+	path     string // without the query string
+	tenant   string
+	priority string
+	floor    float64
+	route    *config.Route
+	// own is true when the request carried the operator's own provider credential (and no
+	// other): only then may the provider's answer correct a provider_feedback rule.
+	own bool
+}
+
+// parse reads what a decision needs from a decoded CheckRequest. The body is used in place;
+// the strings a decision may keep (path, tenant, priority) are copied out of the message.
+func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
+	if !w.HTTP {
+		return nil, status.Error(codes.InvalidArgument, "filter: check request without HTTP attributes")
 	}
+	r := &request{}
+	r.in.Path = w.Path
+	if r.in.Path == "" {
+		r.in.Path = w.Header[authzwire.HeaderPath]
+	}
+	r.in.Path = strings.Clone(r.in.Path)
+	r.path = r.in.Path
+	if i := strings.IndexByte(r.path, '?'); i >= 0 {
+		r.path = r.path[:i]
+	}
+	// The host decides the provider (dialects.Recognize). It is read in place: pricing does not
+	// keep it.
+	r.in.Host = w.Host
+	if r.in.Host == "" {
+		r.in.Host = w.Header[authzwire.HeaderAuthority]
+	}
+	r.in.Body = w.Body()
+	r.in.ContentType = w.Header[authzwire.HeaderContentType]
+	r.in.ContentEncoding = w.Header[authzwire.HeaderContentEncoding]
+	r.in.ContentLength = -1
+	if w.Has[authzwire.HeaderContentLength] {
+		if n, err := strconv.ParseInt(w.Header[authzwire.HeaderContentLength], 10, 64); err == nil && n >= 0 {
+			r.in.ContentLength = n
+		}
+	} else if w.Size > 0 {
+		r.in.ContentLength = w.Size
+	}
+	r.in.NoContentLength = !w.Has[authzwire.HeaderContentLength]
+	r.in.Partial = w.Header[authzwire.HeaderPartial] == "true"
+
+	cfg := p.Config
+	if len(w.Ext) > 0 {
+		rt, err := f.routes.get(cfg, w.Ext)
+		if err != nil {
+			return r, err
+		}
+		if lim := f.HoldLimit(); lim > 0 && rt.Rule != nil && rt.Rule.MaxWait > lim {
+			return r, fmt.Errorf("context_extensions[max_wait]: %v cannot be honoured: a check attempt ends within %v (-check-timeout) and holds need the store first", rt.Rule.MaxWait, lim)
+		}
+		r.route = rt
+	}
+	switch cfg.TenantSource {
+	case config.TenantFromHeader:
+		r.tenant = strings.Clone(w.Header[authzwire.HeaderTenant])
+	case config.TenantFromPrincipal:
+		r.tenant = strings.Clone(w.Principal)
+	case config.TenantFromContextExtension:
+		if r.route != nil {
+			r.tenant = r.route.Tenant
+		}
+	}
+	// Envoy joins a repeated header's values with commas: an identity header with a comma was
+	// sent more than once (or names a list), and is refused rather than read as one tenant.
+	if strings.IndexByte(w.Header[authzwire.HeaderTenant], ',') >= 0 {
+		return r, &identityError{header: cfg.File.Tenant.Header}
+	}
+	if strings.IndexByte(w.Header[authzwire.HeaderPriority], ',') >= 0 {
+		return r, &identityError{header: cfg.File.Priority.Header}
+	}
+	if r.tenant == "" {
+		r.tenant = cfg.File.Tenant.Default
+	}
+	if cfg.Feedback {
+		r.own = ownCredential(cfg.Own, w)
+	}
+	r.priority = cfg.File.Priority.Default
+	r.floor = cfg.DefaultFloor
+	if fl, ok := cfg.Classes[w.Header[authzwire.HeaderPriority]]; ok && w.Has[authzwire.HeaderPriority] {
+		r.priority, r.floor = strings.Clone(w.Header[authzwire.HeaderPriority]), fl
+	} else {
+		for i := range cfg.TenantClasses {
+			if tc := &cfg.TenantClasses[i]; tc.Tenant.Match(r.tenant) {
+				r.priority, r.floor = tc.Class, tc.Floor
+				break
+			}
+		}
+	}
+	return r, nil
+}
+
+// ownCredential reports whether w carried the operator's credential and nothing else: every
+// credential header present must be one of the operator's (by salted hash), and at least one must
+// be. A client's own key has its own budget at the provider, whose answers say nothing of ours; a
+// repeated header arrives joined with a comma and never matches. With credentials.injected, Envoy
+// replaces whatever the client sent, and every request counts as the operator's.
+func ownCredential(o *config.OwnCredentials, w *authzwire.Request) bool {
+	if o.Injected() {
+		return true
+	}
+	found := false
+	for _, i := range [...]int{authzwire.HeaderAuthorization, authzwire.HeaderXAPIKey, authzwire.HeaderAPIKey} {
+		if !w.Has[i] {
+			continue
+		}
+		v := w.Header[i]
+		if i == authzwire.HeaderAuthorization {
+			v = config.BearerToken(v)
+		}
+		if !o.Own(v) {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// identityError is a request whose identity header came more than once.
+type identityError struct{ header string }
+
+func (e *identityError) Error() string {
+	return "filter: header " + e.header + " given more than once"
+}
+
+// decode reads data, an encoded CheckRequest, into w for p.
+func decode(p *Policy, data []byte, w *authzwire.Request) error {
+	if err := authzwire.Decode(data, p.Config.TenantHeader, p.Config.File.Priority.Header, w); err != nil {
+		return status.Error(codes.InvalidArgument, "filter: "+err.Error())
+	}
+	return nil
+}
+
+// marshal encodes req for CheckBytes.
+func marshal(req *authv3.CheckRequest) ([]byte, error) {
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, "filter: "+err.Error())
+	}
+	return data, nil
+}
+
+// take runs one Take on the shared store and records its latency and health. A circuit
+// breaker in front of the store may answer instead (errBreakerOpen): no store call to record.
+func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (bucket.Result, error) {
 	t0 := f.opts.Now()
 	sctx := ctx
 	if f.opts.StoreTimeout > 0 {
@@ -487,13 +476,14 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (buck
 		defer cancel()
 	}
 	res, err := f.opts.Limiter.Take(sctx, req)
+	if err == errBreakerOpen {
+		return res, err
+	}
 	t1 := f.opts.Now()
 	f.m.store("take", t1.Sub(t0), err)
 	if err == nil {
 		f.storeOK.Store(t1.UnixNano())
 	}
-	f.opts.Breaker.done(ctx, probe, err)
-	f.degraded.Store(err != nil)
 	return res, err
 }
 
@@ -527,15 +517,16 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		f.m.error(reason)
 		// Failures before the breaker opens are warnings; a failed probe of an open breaker is not.
 		lvl := zap.WarnLevel
-		if f.opts.Breaker.State() != "closed" {
+		var oe *outageError
+		if errors.As(err, &oe) {
 			lvl = zap.DebugLevel
 		}
-		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.String("mode", p.Config.File.Failure.Mode), zap.Error(err))
+		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.Stringer("mode", p.Config.FailureMode), zap.Error(err))
 	}
-	switch p.Config.File.Failure.Mode {
-	case "allow":
+	switch p.Config.FailureMode {
+	case config.FailAllow:
 		return f.finish(start, est, pl, okResponse(nil, pl.metadata(est, decisionFailOpen, 0))), nil
-	case "local":
+	case config.FailLocal:
 		if f.opts.Fallback == nil {
 			break
 		}
@@ -660,7 +651,7 @@ func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	var w wireRequest
+	var w authzwire.Request
 	if err := decode(p, data, &w); err != nil {
 		return nil, err
 	}

@@ -7,17 +7,15 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
-// Bucket kinds: what a bucket counts.
-const (
-	kindTokens   = 't'
-	kindRequests = 'r'
-	// kindPair names a rule's tokens and requests buckets when both are token buckets: they share
-	// one name, in slots 1 and 2 of one stored key (bucket.Spec.Slot).
-	kindPair = 'b'
-)
+// A bucket's kind is what it counts: the letters of the reservation (reservation.KindTokens,
+// KindRequests, KindConcurrency: a rule's in-flight cap), which bucket names carry too. kindPair
+// names a rule's tokens and requests buckets when both are token buckets: they share one name,
+// in slots 1 and 2 of one stored key (bucket.Spec.Slot).
+const kindPair = 'b'
 
 // owner says which rule and amount a bucket of a plan belongs to.
 type owner struct {
@@ -87,7 +85,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		}
 		if rule.Tokens != nil {
 			if tokensName == "" {
-				tokensName = name(kindTokens)
+				tokensName = name(reservation.KindTokens)
 			}
 			// A hostile max_tokens may price above any store's range: capped, it still can never
 			// fit (413), where the raw cost would be an invalid request (503, and a store failure).
@@ -95,18 +93,18 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			s.Slot = tokensSlot
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
-				pl.owners = append(pl.owners, owner{rule, kindTokens})
+				pl.owners = append(pl.owners, owner{rule, reservation.KindTokens})
 			}
 		}
 		if rule.Requests != nil {
 			if requestsName == "" {
-				requestsName = name(kindRequests)
+				requestsName = name(reservation.KindRequests)
 			}
 			s := rule.Requests.Spec(requestsName, 1, r.floor)
 			s.Slot = requestsSlot
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
-				pl.owners = append(pl.owners, owner{rule, kindRequests})
+				pl.owners = append(pl.owners, owner{rule, reservation.KindRequests})
 			}
 		}
 		if rule.Concurrent != nil {
@@ -115,9 +113,9 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			if target == &pl.shadow {
 				cost = 0
 			}
-			target.Buckets = append(target.Buckets, rule.Concurrent.Spec(name(kindConcurrency), cost, r.floor))
+			target.Buckets = append(target.Buckets, rule.Concurrent.Spec(name(reservation.KindConcurrency), cost, r.floor))
 			if target == &pl.enforced {
-				pl.owners = append(pl.owners, owner{rule, kindConcurrency})
+				pl.owners = append(pl.owners, owner{rule, reservation.KindConcurrency})
 			}
 		}
 	}
@@ -195,9 +193,9 @@ func (pl *plan) blocking() string {
 
 func kindName(k byte) string {
 	switch k {
-	case kindRequests:
+	case reservation.KindRequests:
 		return "requests"
-	case kindConcurrency:
+	case reservation.KindConcurrency:
 		return "concurrent requests"
 	}
 	return "tokens"

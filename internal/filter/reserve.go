@@ -10,15 +10,12 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
-// kindConcurrency is a rule's in-flight cap (max_concurrent): a lease held until the response ends.
-const kindConcurrency = 'c'
-
 // limit is the configured limit of the bucket o owns.
 func (o owner) limit() *config.Limit {
 	switch o.kind {
-	case kindRequests:
+	case reservation.KindRequests:
 		return o.rule.Requests
-	case kindConcurrency:
+	case reservation.KindConcurrency:
 		return o.rule.Concurrent
 	}
 	return o.rule.Tokens
@@ -60,8 +57,8 @@ func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 		if i < len(pl.owners) {
 			b.Kind = pl.owners[i].kind
 			// Only the answer to the operator's own credential speaks of the operator's budget.
-			b.Feedback = b.Kind == kindTokens && pl.owners[i].rule.Feedback && pl.own
-			b.Refund = b.Kind == kindTokens && pl.owners[i].rule.Refund
+			b.Feedback = b.Kind == reservation.KindTokens && pl.owners[i].rule.Feedback && pl.own
+			b.Refund = b.Kind == reservation.KindTokens && pl.owners[i].rule.Refund
 		}
 	}
 	return reservation.Append(b, &r)

@@ -3,9 +3,7 @@ package filter
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -15,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
@@ -36,9 +35,6 @@ const (
 	decisionBadRoute    = "bad_route"    // invalid context_extensions, 500
 	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
 )
-
-// MetadataNamespace is where Envoy files the dynamic metadata of an ext_authz answer.
-const MetadataNamespace = "envoy.filters.http.ext_authz"
 
 func header(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
@@ -98,8 +94,8 @@ func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOpti
 		kind                  byte
 		limit, remaining, rst string
 	}{
-		{kindTokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
-		{kindRequests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
+		{reservation.KindTokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
+		{reservation.KindRequests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
 	} {
 		s, ok := pl.headline(res, k.kind)
 		if !ok {
@@ -129,12 +125,27 @@ func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOpti
 }
 
 // Answer is one decision's reply to Check: a CheckResponse whose dynamic metadata is kept as
-// values until it is encoded, straight to the wire by AppendAnswer on the service's path (no
-// Struct, map or Value is built for it: they were most of the answer's allocations), or decoded
-// into a Struct by Response.
+// values until it is encoded, straight to the wire by AppendTo on the service's path (no
+// Struct, map or Value is built for it), or decoded into a Struct by Response. It implements
+// authzwire.Answer. An Answer is not changed once returned: its methods are safe for concurrent
+// use, but for the first call of Response, which fills the message in.
 type Answer struct {
 	resp *authv3.CheckResponse // without DynamicMetadata
 	meta metadata
+}
+
+var _ authzwire.Answer = (*Answer)(nil)
+
+// AppendTo appends the protobuf encoding of the answer's CheckResponse to b, growing b once,
+// its metadata written straight from its values (authzwire.AppendResponse). It returns b
+// unchanged and false when the response holds what that encoder declines; the caller then
+// encodes Response with proto.Marshal.
+func (a *Answer) AppendTo(b []byte) ([]byte, bool) {
+	if a == nil || a.resp == nil {
+		return b, false
+	}
+	var scratch [1024]byte // the metadata, whose size the response's framing needs first
+	return authzwire.AppendResponse(b, a.resp, a.meta.append(scratch[:0]))
 }
 
 // okAnswer and deniedAnswer allocate an Answer and its response's messages as one object.
@@ -156,12 +167,12 @@ type deniedAnswer struct {
 }
 
 // Response returns the answer as a CheckResponse, its metadata decoded into a Struct from the
-// encoding AppendAnswer writes. It returns the same message on every call.
+// encoding AppendTo writes. It returns the same message on every call.
 func (a *Answer) Response() *authv3.CheckResponse {
 	if a.resp.DynamicMetadata == nil {
 		md := &structpb.Struct{}
 		if err := proto.Unmarshal(a.meta.append(nil), md); err != nil {
-			// Not reached: every string is made valid UTF-8 (TestAppendAnswer).
+			// Not reached: every string is made valid UTF-8 (TestAnswerAppendTo).
 			md = &structpb.Struct{Fields: map[string]*structpb.Value{
 				"decision":       structpb.NewStringValue(a.meta.decision),
 				"metadata_error": structpb.NewStringValue(err.Error()),
@@ -296,62 +307,68 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 }
 
 // append appends the metadata's encoding, the fields of a Struct: the one list of what the
-// metadata holds. It is the only encoding: Response decodes it into a Struct.
+// metadata holds. It is the only encoding: Response decodes it into a Struct. It stays here,
+// not in authzwire, because what the metadata says is the decision's content; authzwire
+// only writes the Struct's fields.
 func (m *metadata) append(b []byte) []byte {
 	est, pl := &m.est, m.pl
-	b = appendStrEntry(b, "decision", m.decision)
-	b = appendStrEntry(b, "provider", est.Provider.String())
-	b = appendStrEntry(b, "api", est.API.String())
-	b = appendStrEntry(b, "model", safeLabel(est.Model))
-	b = appendNumEntry(b, "prompt_tokens", float64(est.PromptTokens))
-	b = appendNumEntry(b, "output_tokens", float64(est.OutputTokens))
-	b = appendNumEntry(b, "cost", float64(est.Cost()))
-	b = appendBoolEntry(b, "exact", est.Exact)
+	b = authzwire.AppendStringField(b, "decision", m.decision)
+	b = authzwire.AppendStringField(b, "provider", est.Provider.String())
+	b = authzwire.AppendStringField(b, "api", est.API.String())
+	b = authzwire.AppendStringField(b, "model", safeLabel(est.Model))
+	b = authzwire.AppendNumberField(b, "prompt_tokens", float64(est.PromptTokens))
+	b = authzwire.AppendNumberField(b, "output_tokens", float64(est.OutputTokens))
+	b = authzwire.AppendNumberField(b, "cost", float64(est.Cost()))
+	b = authzwire.AppendBoolField(b, "exact", est.Exact)
 	if est.Reason != "" {
-		b = appendStrEntry(b, "estimate_reason", string(est.Reason))
+		b = authzwire.AppendStringField(b, "estimate_reason", string(est.Reason))
 	}
 	if pl != nil {
 		// The tenant charged, as the access log may name it: its hash unless tenant.log is clear.
 		if pl.logClearTenant {
-			b = appendStrEntry(b, "tenant", pl.tenant)
+			b = authzwire.AppendStringField(b, "tenant", pl.tenant)
 		} else {
 			var h [16]byte
-			b = appendASCIIEntry(b, "tenant", appendTenantHash(h[:0], pl.tenant))
+			b = authzwire.AppendASCIIField(b, "tenant", appendTenantHash(h[:0], pl.tenant))
 		}
-		b = appendStrEntry(b, "priority", pl.priority)
-		b = appendStrEntry(b, "rules", pl.ruleNames())
-		b = appendStrEntry(b, "tag", pl.enforced.Tag)
+		b = authzwire.AppendStringField(b, "priority", pl.priority)
+		b = authzwire.AppendStringField(b, "rules", pl.ruleNames())
+		b = authzwire.AppendStringField(b, "tag", pl.enforced.Tag)
 		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {
-			b = appendNamesEntry(b, "buckets", pl.enforced.Buckets)
+			b = appendBucketNames(b, "buckets", pl.enforced.Buckets)
 		}
 		if l := pl.blocking(); l != "" {
-			b = appendStrEntry(b, "limit", l)
+			b = authzwire.AppendStringField(b, "limit", l)
 		}
 		var rs [512]byte
 		if r := pl.appendReservation(rs[:0], est); len(r) > 0 {
-			b = appendASCIIEntry(b, reservation.MetadataKey, r)
+			b = authzwire.AppendASCIIField(b, reservation.MetadataKey, r)
 		}
 		if len(pl.shadow.Buckets) > 0 || pl.shadowAll {
 			o := pl.shadowOutcome
 			if pl.shadowAll {
 				o = pl.result.Outcome
 			}
-			b = appendStrEntry(b, "shadow_outcome", o.String())
+			b = authzwire.AppendStringField(b, "shadow_outcome", o.String())
 		}
 	}
 	if m.wait > 0 {
-		b = appendNumEntry(b, "wait_ms", float64(m.wait.Milliseconds()))
+		b = authzwire.AppendNumberField(b, "wait_ms", float64(m.wait.Milliseconds()))
 	}
 	return b
 }
 
-// validUTF8 is s with invalid UTF-8 replaced, for metadata strings that may carry a client's
-// bytes (bucket names hold the model and the tenant): protobuf strings must be valid UTF-8.
-func validUTF8(s string) string {
-	if utf8.ValidString(s) {
-		return s
+// appendBucketNames appends the metadata field k listing the names of specs, each once where
+// neighbours share one (a rule's tokens and requests, kindPair).
+func appendBucketNames(b []byte, k string, specs []bucket.Spec) []byte {
+	var buf [bucket.MaxBuckets]string // on the stack: a plan holds at most MaxBuckets
+	names := buf[:0]
+	for i := range specs {
+		if i == 0 || specs[i].Name != specs[i-1].Name {
+			names = append(names, specs[i].Name)
+		}
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return authzwire.AppendListField(b, k, names)
 }
 
 // safeLabel bounds a client-supplied value (model, tenant) for logs, metadata and labels: at most

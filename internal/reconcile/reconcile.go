@@ -28,9 +28,6 @@ type Store interface {
 	Lower(ctx context.Context, tag string, lv []bucket.Level) error
 }
 
-// MetadataNamespace is the dynamic metadata namespace Envoy forwards: ext_authz's.
-const MetadataNamespace = "envoy.filters.http.ext_authz"
-
 // AttrCodeDetails is the Envoy attribute that tells who answered (ext_proc's
 // response_attributes): "via_upstream" for the provider's own response, anything else
 // ("response_timeout", "stream_idle_timeout", "upstream_reset_before_response_started{...}")
@@ -301,7 +298,7 @@ func codeDetails(attrs map[string]*structpb.Struct) (string, bool) {
 // reservationOf decodes the reservation from the forwarded ext_authz metadata (nil when absent:
 // an unlimited, denied or shadow-only request).
 func reservationOf(md *corev3.Metadata) (*reservation.Reservation, error) {
-	ns := md.GetFilterMetadata()[MetadataNamespace]
+	ns := md.GetFilterMetadata()[reservation.MetadataNamespace]
 	v, ok := ns.GetFields()[reservation.MetadataKey]
 	if !ok {
 		return nil, nil

@@ -118,7 +118,7 @@ func metadata(r *reservation.Reservation) *corev3.Metadata {
 	if r == nil {
 		return nil
 	}
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespace: {Fields: map[string]*structpb.Value{
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{reservation.MetadataNamespace: {Fields: map[string]*structpb.Value{
 		reservation.MetadataKey: structpb.NewStringValue(reservation.Encode(r)),
 	}}}}
 }
@@ -248,7 +248,7 @@ func TestMalformedReservationIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespace: {Fields: map[string]*structpb.Value{
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{reservation.MetadataNamespace: {Fields: map[string]*structpb.Value{
 		reservation.MetadataKey: structpb.NewStringValue("r1 openai - 1 2 m t t 100 60000 0 1 tenant%zzACME-SECRET"),
 	}}}}
 	for _, m := range []*extprocv3.ProcessingRequest{headers(":status", "200"), body(`{"usage":{"prompt_tokens":1}}`, true)} {

@@ -10,10 +10,15 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 )
 
+// MetadataNamespace is where Envoy files the dynamic metadata of an ext_authz answer, which it
+// forwards to the ext_proc service (metadata_options.forwarding_namespaces).
+const MetadataNamespace = "envoy.filters.http.ext_authz"
+
 // MetadataKey is the field of the ext_authz dynamic metadata that holds the encoded reservation.
 const MetadataKey = "reservation"
 
-// Bucket kinds: what a reserved bucket counts.
+// Bucket kinds: what a reserved bucket counts. The check path names its buckets with the same
+// letters.
 const (
 	KindTokens      = 't'
 	KindRequests    = 'r'
@@ -50,8 +55,8 @@ const version = "r1"
 //
 //	r1 TAG LEASE PROMPT OUTPUT MODEL {KIND ALG[SLOT][f][u] LIMIT PERIOD_MS BURST COST NAME}...
 //
-// where ALG is t, s, d, m or c (token bucket, sliding window, daily or monthly quota,
-// concurrency), SLOT the digit of a token bucket's bucket.Spec.Slot (none for 0), then f marks
+// where ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
+// bucket, sliding window, daily or monthly quota, concurrency), SLOT the digit of a token bucket's bucket.Spec.Slot (none for 0), then f marks
 // feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
 // every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
 // releases ignore them.
@@ -79,7 +84,7 @@ func Append(b []byte, r *Reservation) []byte {
 	for i := range r.Buckets {
 		x := &r.Buckets[i]
 		s := &x.Spec
-		b = append(b, ' ', x.Kind, ' ', algCode(s))
+		b = append(b, ' ', x.Kind, ' ', s.Code())
 		if s.Slot > 0 {
 			b = append(b, '0'+s.Slot)
 		}
@@ -158,11 +163,11 @@ func Decode(s string) (*Reservation, error) {
 		if strings.HasSuffix(alg, "f") {
 			x.Feedback, alg = true, alg[:len(alg)-1]
 		}
-		if len(alg) == 2 && alg[0] == 't' && alg[1] >= '1' && alg[1] <= '0'+bucket.MaxSlots {
+		if len(alg) == 2 && alg[0] == bucket.CodeTokenBucket && alg[1] >= '1' && alg[1] <= '0'+bucket.MaxSlots {
 			x.Spec.Slot, alg = alg[1]-'0', alg[:1]
 		}
-		if err := setAlg(&x.Spec, alg); err != nil {
-			return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, err)
+		if len(alg) != 1 || !x.Spec.SetCode(alg[0]) {
+			return nil, fmt.Errorf("%w: bucket %d: unknown algorithm", ErrMalformed, i)
 		}
 		var v [4]int64
 		for j := range v {
@@ -176,39 +181,6 @@ func Decode(s string) (*Reservation, error) {
 		}
 	}
 	return r, nil
-}
-
-func algCode(s *bucket.Spec) byte {
-	switch s.Algorithm {
-	case bucket.SlidingWindow:
-		return 's'
-	case bucket.Quota:
-		if s.Calendar == bucket.Month {
-			return 'm'
-		}
-		return 'd'
-	case bucket.Concurrency:
-		return 'c'
-	}
-	return 't'
-}
-
-func setAlg(s *bucket.Spec, code string) error {
-	switch code {
-	case "t":
-		s.Algorithm = bucket.TokenBucket
-	case "s":
-		s.Algorithm = bucket.SlidingWindow
-	case "d":
-		s.Algorithm, s.Calendar = bucket.Quota, bucket.Day
-	case "m":
-		s.Algorithm, s.Calendar = bucket.Quota, bucket.Month
-	case "c":
-		s.Algorithm = bucket.Concurrency
-	default:
-		return errors.New("unknown algorithm")
-	}
-	return nil
 }
 
 func escape(b []byte, s string) []byte {

@@ -19,7 +19,7 @@ func NewPolicy(c *config.Config) (*filter.Policy, error) {
 		RequestBufferBytes:  p.MaxRequestBytes,
 		// The config's defaults are the tokens package's: 0 means the table's maxima.
 		UnreadableOutputTokens: p.Unreadable.OutputTokens,
-		RefuseUnreadable:       p.Unreadable.Policy == "refuse",
+		RefuseUnreadable:       c.RefuseUnreadable,
 		UnseenContextTokens:    p.UnseenContextTokens,
 	}
 	for _, m := range p.OutputTokens {

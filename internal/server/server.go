@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
@@ -110,15 +110,16 @@ type Server struct {
 	storeUp  prometheus.Gauge
 	reloads  *prometheus.CounterVec
 	breaker  *filter.Breaker
-	// cluster is the Redis Cluster client, reloaded while the breaker is open; nil otherwise.
-	cluster *redis.ClusterClient
+	// redis is the Redis store; nil with the in-memory store.
+	redis *bucket.Redis
 	// replicas discovers the live replicas through Redis; nil with the in-memory store.
 	replicas *replicas
 }
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
-// service; until then the caller must Close it if it gives up.
-func New(o Options, log *zap.Logger) (*Server, error) {
+// service; until then the caller must Close it if it gives up. On an error, New has released
+// whatever it opened (store client, gRPC workers, listeners).
+func New(o Options, log *zap.Logger) (_ *Server, err error) {
 	if o.RedisURL != "" && o.RedisTimeout <= 0 {
 		return nil, errors.New("server: the Redis timeout must be positive")
 	}
@@ -127,6 +128,11 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 	s.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_ratelimit_store_up", Help: "1 while the shared store answers pings."})
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_config_reloads_total", Help: "Configuration reloads by result (ok, rejected)."}, []string{"result"})
 	s.reg.MustRegister(s.storeUp, s.reloads)
+	defer func() {
+		if err != nil {
+			s.release() //nolint:errcheck // err is the error to report
+		}
+	}()
 
 	cfg, err := LoadConfig(o.ConfigPath)
 	if err != nil {
@@ -161,23 +167,22 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		s.store = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
+		s.redis = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
+		s.store = s.redis
 		s.closer = client.Close
-		s.cluster, _ = client.(*redis.ClusterClient)
-		s.replicas = newReplicas(client, o.RedisPrefix, s.reg, log)
+		s.replicas = newReplicas(s.redis, s.reg, log)
 		fallback = bucket.NewMemory(bucket.MemoryOptions{})
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
 
-	s.breaker = filter.NewBreaker(filter.BreakerOptions{
+	s.breaker = filter.NewBreaker(s.store, filter.BreakerOptions{
 		Failures: o.BreakerFailures, OpenFor: o.BreakerOpenFor, Logger: log, Registerer: s.reg,
 	})
 	s.filter, err = filter.New(pol, filter.Options{
-		Limiter:  s.store,
+		Limiter:  s.breaker,
 		Fallback: fallback,
 		Logger:   log,
 		Metrics:  filter.NewMetrics(s.reg),
-		Breaker:  s.breaker,
 		// Dial, write and read each have the Redis timeout; a Check waits for the store at most
 		// twice that, pool waits, Sentinel look-ups and redirections included.
 		StoreTimeout: 2 * o.RedisTimeout,
@@ -188,7 +193,6 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	if err := cfg.CheckMaxWait(s.filter.HoldLimit(), orDefault(o.ConfigPath, "embedded example")); err != nil {
-		s.closer()
 		return nil, err
 	}
 
@@ -204,7 +208,7 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 		return nil, errors.New("server: a client CA needs a server certificate and key")
 	}
 	s.grpc = grpc.NewServer(gopts...)
-	s.grpc.RegisterService(&authorizationService, s.filter)
+	authzwire.Register(s.grpc, s.filter.CheckBytes)
 	// The response path (Envoy's ext_proc filter) on the same port: refunds, lease releases and
 	// provider feedback.
 	set, err := SettlementOf(cfg)
@@ -222,17 +226,32 @@ func New(o Options, log *zap.Logger) (*Server, error) {
 	reflection.Register(s.grpc)
 
 	if s.grpcLis, err = net.Listen("tcp", o.GRPCAddr); err != nil {
-		s.closer()
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
 	if o.AdminAddr != "" {
 		if s.adminLis, err = net.Listen("tcp", o.AdminAddr); err != nil {
-			s.grpcLis.Close()
-			s.closer()
 			return nil, fmt.Errorf("admin listen: %w", err)
 		}
 	}
 	return s, nil
+}
+
+// release closes what New opened so far, the last first: the listeners, the gRPC server (whose
+// stream workers run from its creation) and the store's client. It returns the store's error.
+func (s *Server) release() error {
+	if s.adminLis != nil {
+		s.adminLis.Close()
+	}
+	if s.grpcLis != nil {
+		s.grpcLis.Close()
+	}
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	if s.closer != nil {
+		return s.closer()
+	}
+	return nil
 }
 
 // GRPCOptions are the service's gRPC server settings, shared with the load tool's no-op floor
@@ -246,7 +265,7 @@ func GRPCOptions(maxRecvBytes int) []grpc.ServerOption {
 		// what pricing and protobuf need, instead of a new goroutine growing (copying) its
 		// stack on every call; gRPC starts a goroutine as before when all are busy.
 		grpc.NumStreamWorkers(StreamWorkers),
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(authzwire.Codec()),
 	}
 }
 
@@ -268,14 +287,9 @@ func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
 // Filter is the decision filter the server serves.
 func (s *Server) Filter() *filter.Filter { return s.filter }
 
-// Close releases the listeners and the store of a server that was never Served.
-func (s *Server) Close() error {
-	s.grpcLis.Close()
-	if s.adminLis != nil {
-		s.adminLis.Close()
-	}
-	return s.closer()
-}
+// Close releases the listeners, the gRPC server and the store of a server that was never
+// Served.
+func (s *Server) Close() error { return s.release() }
 
 // setServing flips the gRPC health status of the server and of the Authorization service.
 func (s *Server) setServing(ok bool) {
@@ -357,10 +371,10 @@ func (s *Server) watchStore(ctx context.Context) {
 	var last time.Time // when the previous round started
 	for {
 		start := time.Now()
-		open := s.breaker.State() != "closed"
+		open := s.breaker.State() != filter.BreakerClosed
 		pctx, cancel := context.WithTimeout(ctx, max(s.opts.RedisTimeout*4, 200*time.Millisecond))
-		if open && s.cluster != nil {
-			s.cluster.ReloadState(pctx)
+		if open && s.redis != nil {
+			s.redis.ReloadTopology(pctx)
 		}
 		var err error
 		// A decision that reached the store since the last round says what a ping would: a busy
@@ -369,7 +383,7 @@ func (s *Server) watchStore(ctx context.Context) {
 			err = s.store.Ping(pctx)
 		}
 		// The replica count only divides limits in failure.mode local: no heartbeat otherwise.
-		if err == nil && s.replicas != nil && s.filter.Policy().Config.File.Failure.Mode == "local" {
+		if err == nil && s.replicas != nil && s.filter.CountsReplicas() {
 			if n := s.replicas.beat(pctx); n > 0 {
 				s.filter.SetReplicas(n)
 			}

@@ -1,4 +1,4 @@
-package filter
+package authzwire
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 
 // The CheckRequest is read straight from its protobuf encoding: a decision needs a handful of
 // its fields, while decoding the whole message builds a map of every header and copies every
-// string and the body (two fifths of the service's CPU per decision before this reader). Field
+// string and the body (most of the service's CPU per decision but pricing). Field
 // numbers are those of envoy/service/auth/v3 (external_auth.proto, attribute_context.proto).
 const (
 	fieldCheckAttributes = 1 // CheckRequest.attributes
@@ -34,47 +34,51 @@ const (
 	fieldMapValue = 2
 )
 
-// The headers a decision reads, by index in wireRequest.hdr.
+// The headers a decision reads, by index in Request.Header and Request.Has.
 const (
-	hdrPath = iota
-	hdrAuthority
-	hdrContentType
-	hdrContentEncoding
-	hdrContentLength
-	hdrPartial
-	hdrTenant
-	hdrPriority
-	// The credentials the providers read (OpenAI and Azure's authorization, Anthropic's x-api-key,
-	// Azure's api-key): only hashed, to tell the operator's own from a client's (ownCredential).
-	hdrAuthorization
-	hdrXAPIKey
-	hdrAPIKey
-	hdrCount
+	HeaderPath = iota
+	HeaderAuthority
+	HeaderContentType
+	HeaderContentEncoding
+	HeaderContentLength
+	// HeaderPartial is x-envoy-auth-partial-body: Envoy sent the first bytes of a larger body.
+	HeaderPartial
+	// HeaderTenant and HeaderPriority are the headers named to Decode, if any.
+	HeaderTenant
+	HeaderPriority
+	// The credentials the providers read: OpenAI and Azure's authorization, Anthropic's
+	// x-api-key, Azure's api-key.
+	HeaderAuthorization
+	HeaderXAPIKey
+	HeaderAPIKey
+	// HeaderCount is the number of headers read.
+	HeaderCount
 )
 
-// errMalformed is a CheckRequest that is not valid protobuf.
-var errMalformed = errors.New("malformed CheckRequest")
+// ErrMalformed is a CheckRequest that is not valid protobuf.
+var ErrMalformed = errors.New("malformed CheckRequest")
 
-// wireRequest is what a decision reads from an encoded CheckRequest. Strings and the body point
-// into the encoded message, which must not change while they are in use; what outlives the
-// decision is copied by parse.
-type wireRequest struct {
-	http      bool // attributes.request.http is present
-	path      string
-	host      string
-	rawBody   []byte // raw_body
-	strBody   []byte // body, the string form, used when raw_body is empty
-	size      int64
-	principal string
-	ext       map[string]string // nil when the route sends none
-	hdr       [hdrCount]string
-	has       [hdrCount]bool
+// Request is what a decision reads from an encoded CheckRequest, as plain values. Strings and
+// the body point into the encoded message, which must not change while they are in use: a
+// value that outlives the decision must be copied. The zero value is an empty request.
+type Request struct {
+	HTTP      bool // attributes.request.http is present
+	Path      string
+	Host      string
+	RawBody   []byte // raw_body
+	StrBody   []byte // body, the string form, used when raw_body is empty
+	Size      int64
+	Principal string            // attributes.source.principal
+	Ext       map[string]string // context_extensions; nil when the route sends none
+	Header    [HeaderCount]string
+	Has       [HeaderCount]bool // whether the header at the same index was sent
 }
 
-// decodeCheck reads data, an encoded CheckRequest, into w. tenantHeader and priorityHeader
-// name the configured headers ("" for none). Repeated fields and map keys follow protobuf's
-// rules: the last occurrence wins. Unknown fields are skipped; invalid UTF-8 is kept as it is.
-func decodeCheck(data []byte, tenantHeader, priorityHeader string, w *wireRequest) error {
+// Decode reads data, an encoded CheckRequest, into w. tenantHeader and priorityHeader name
+// the configured headers ("" for none). Repeated fields and map keys follow protobuf's rules:
+// the last occurrence wins. Unknown fields are skipped; invalid UTF-8 is kept as it is.
+// A truncated or invalid encoding is ErrMalformed, exactly where protobuf's decoder fails.
+func Decode(data []byte, tenantHeader, priorityHeader string, w *Request) error {
 	return eachField(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if num != fieldCheckAttributes || typ != protowire.BytesType {
 			return nil
@@ -87,7 +91,7 @@ func decodeCheck(data []byte, tenantHeader, priorityHeader string, w *wireReques
 			case fieldAttrSource:
 				return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
 					if num == fieldPeerPrincipal && typ == protowire.BytesType {
-						w.principal = unsafeString(v)
+						w.Principal = unsafeString(v)
 					}
 					return nil
 				})
@@ -96,7 +100,7 @@ func decodeCheck(data []byte, tenantHeader, priorityHeader string, w *wireReques
 					if num != fieldRequestHTTP || typ != protowire.BytesType {
 						return nil
 					}
-					w.http = true
+					w.HTTP = true
 					return decodeHTTP(v, tenantHeader, priorityHeader, w)
 				})
 			case fieldAttrExtensions:
@@ -104,10 +108,10 @@ func decodeCheck(data []byte, tenantHeader, priorityHeader string, w *wireReques
 				if err != nil {
 					return err
 				}
-				if w.ext == nil {
-					w.ext = make(map[string]string, 4)
+				if w.Ext == nil {
+					w.Ext = make(map[string]string, 4)
 				}
-				w.ext[k] = val
+				w.Ext[k] = val
 			}
 			return nil
 		})
@@ -116,7 +120,7 @@ func decodeCheck(data []byte, tenantHeader, priorityHeader string, w *wireReques
 
 // decodeHTTP reads an HttpRequest; a field absent from this occurrence of the message keeps the
 // value an earlier occurrence gave it (protobuf merges repeated occurrences of a message field).
-func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest) error {
+func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *Request) error {
 	return eachField(data, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ != protowire.BytesType && num != fieldHTTPSize {
 			return nil
@@ -130,58 +134,58 @@ func decodeHTTP(data []byte, tenantHeader, priorityHeader string, w *wireRequest
 			i := -1
 			switch k {
 			case ":path":
-				i = hdrPath
+				i = HeaderPath
 			case ":authority":
-				i = hdrAuthority
+				i = HeaderAuthority
 			case "content-type":
-				i = hdrContentType
+				i = HeaderContentType
 			case "content-encoding":
-				i = hdrContentEncoding
+				i = HeaderContentEncoding
 			case "content-length":
-				i = hdrContentLength
+				i = HeaderContentLength
 			case "x-envoy-auth-partial-body":
-				i = hdrPartial
+				i = HeaderPartial
 			case "authorization":
-				i = hdrAuthorization
+				i = HeaderAuthorization
 			case "x-api-key":
-				i = hdrXAPIKey
+				i = HeaderXAPIKey
 			case "api-key":
-				i = hdrAPIKey
+				i = HeaderAPIKey
 			}
 			// The configured headers may be any of the above too: each is looked up on its own.
 			if k == tenantHeader && k != "" {
-				w.hdr[hdrTenant], w.has[hdrTenant] = val, true
+				w.Header[HeaderTenant], w.Has[HeaderTenant] = val, true
 			}
 			if k == priorityHeader && k != "" {
-				w.hdr[hdrPriority], w.has[hdrPriority] = val, true
+				w.Header[HeaderPriority], w.Has[HeaderPriority] = val, true
 			}
 			if i >= 0 {
-				w.hdr[i], w.has[i] = val, true
+				w.Header[i], w.Has[i] = val, true
 			}
 		case fieldHTTPPath:
-			w.path = unsafeString(v)
+			w.Path = unsafeString(v)
 		case fieldHTTPHost:
-			w.host = unsafeString(v)
+			w.Host = unsafeString(v)
 		case fieldHTTPBody:
-			w.strBody = v
+			w.StrBody = v
 		case fieldHTTPRawBody:
-			w.rawBody = v
+			w.RawBody = v
 		case fieldHTTPSize:
 			if typ == protowire.VarintType {
 				x, _ := protowire.ConsumeVarint(v)
-				w.size = int64(x)
+				w.Size = int64(x)
 			}
 		}
 		return nil
 	})
 }
 
-// body is raw_body, or body when raw_body is empty.
-func (w *wireRequest) body() []byte {
-	if len(w.rawBody) > 0 {
-		return w.rawBody
+// Body is raw_body, or body when raw_body is empty.
+func (r *Request) Body() []byte {
+	if len(r.RawBody) > 0 {
+		return r.RawBody
 	}
-	return w.strBody
+	return r.StrBody
 }
 
 // mapEntry reads one map<string, string> entry.
@@ -203,13 +207,13 @@ func mapEntry(data []byte) (k, v string, err error) {
 
 // eachField calls fn with every field of the message encoded in data: for length-delimited
 // fields v is the payload, for other wire types the field's encoding (a group's up to its end).
-// Truncated or invalid encodings are errMalformed; a field of an unexpected wire type is passed
+// Truncated or invalid encodings are ErrMalformed; a field of an unexpected wire type is passed
 // on with its type, for fn to ignore.
 func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
-			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+			return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n))
 		}
 		data = data[n:]
 		var v []byte
@@ -217,13 +221,13 @@ func eachField(data []byte, fn func(num protowire.Number, typ protowire.Type, v 
 		case protowire.BytesType:
 			b, m := protowire.ConsumeBytes(data)
 			if m < 0 {
-				return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(m))
+				return fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(m))
 			}
 			v, n = b, m
 		default: // varints, fixed-size values and groups (skipped whole, as unknown fields)
 			n = protowire.ConsumeFieldValue(num, typ, data)
 			if n < 0 {
-				return fmt.Errorf("%w: field %d: %v", errMalformed, num, protowire.ParseError(n))
+				return fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(n))
 			}
 			v = data[:n]
 		}

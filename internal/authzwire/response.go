@@ -1,15 +1,14 @@
-package filter
+package authzwire
 
 import (
 	"math"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protowire"
-
-	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 )
 
 // The answers are encoded by hand: they use a handful of fields of a handful of messages, and
@@ -43,24 +42,15 @@ const (
 	fieldListValues   = 1 // ListValue.values
 )
 
-// AppendAnswer appends the protobuf encoding of a's CheckResponse to b, growing b once, by
-// exactly the encoding's size. It writes the fields the filter's answers use (answers are built,
-// never decoded: they carry no unknown fields), the metadata straight from its values; when the
-// response sets any other field, or holds a string that is not valid UTF-8 (which protobuf
-// refuses to encode), it returns b unchanged and false, and the caller encodes a.Response() with
-// proto.Marshal instead. Both encodings decode to the same message (TestAppendAnswer;
+// AppendResponse appends the protobuf encoding of resp to b, its dynamic metadata being md (the
+// encoding of a Struct's fields, written with the Append*Field functions; resp.DynamicMetadata is
+// ignored), growing b once, by exactly the encoding's size. It writes the fields the service's
+// answers use (answers are built, never decoded: they carry no unknown fields); when resp sets
+// any other field, or holds a string that is not valid UTF-8 (which protobuf refuses to encode),
+// it returns b unchanged and false, and the caller encodes the message with proto.Marshal
+// instead. Both encodings decode to the same message (TestAppendResponse;
 // TestAppendResponseKnowsEveryField keeps the list of fields current). Safe for concurrent use.
-func AppendAnswer(b []byte, a *Answer) ([]byte, bool) {
-	if a == nil || a.resp == nil {
-		return b, false
-	}
-	var scratch [1024]byte // the metadata, whose size the response's framing needs first
-	return appendResponse(b, a.resp, a.meta.append(scratch[:0]))
-}
-
-// appendResponse is AppendAnswer for resp (its DynamicMetadata ignored) and md, the encoding of
-// the metadata Struct's fields.
-func appendResponse(b []byte, resp *authv3.CheckResponse, md []byte) ([]byte, bool) {
+func AppendResponse(b []byte, resp *authv3.CheckResponse, md []byte) ([]byte, bool) {
 	var st, denied, ok int
 	var supported bool
 	if st, supported = statusSize(resp); !supported {
@@ -249,9 +239,10 @@ func appendOption(b []byte, num protowire.Number, h *corev3.HeaderValueOption) [
 	return b
 }
 
-// The metadata (metadata.append) is the entries of a Struct's fields map: each a key and a
-// Value, a string, number, bool or list of strings. These append one entry each; they take and
-// return the buffer, so that a buffer on the caller's stack stays there.
+// A CheckResponse's dynamic metadata is a Struct: its fields are map entries of a key and a
+// Value, here a string, number, bool or list of strings. The Append*Field functions append one
+// entry each; they take and return the buffer, so that a buffer on the caller's stack stays
+// there. Every string is made valid UTF-8, as protobuf requires.
 
 // appendEntry starts the map entry of key k whose Value is vs bytes.
 func appendEntry(b []byte, k string, vs int) []byte {
@@ -261,54 +252,60 @@ func appendEntry(b []byte, k string, vs int) []byte {
 	return appendLen(b, fieldMapValue, vs)
 }
 
-// appendStrEntry writes a string, made valid UTF-8 (as protobuf requires).
-func appendStrEntry(b []byte, k, v string) []byte {
+// AppendStringField appends the Struct field k holding the string v.
+func AppendStringField(b []byte, k, v string) []byte {
 	v = validUTF8(v)
 	b = appendEntry(b, k, lenSize(fieldValueString, len(v)))
 	b = appendTag(b, fieldValueString, protowire.BytesType)
 	return appendString(b, v)
 }
 
-// appendASCIIEntry writes a string of printable ASCII, given as bytes.
-func appendASCIIEntry(b []byte, k string, v []byte) []byte {
+// AppendASCIIField appends the Struct field k holding v, printable ASCII given as bytes (not
+// checked).
+func AppendASCIIField(b []byte, k string, v []byte) []byte {
 	b = appendEntry(b, k, lenSize(fieldValueString, len(v)))
 	b = appendTag(b, fieldValueString, protowire.BytesType)
 	b = appendVarint(b, uint64(len(v)))
 	return append(b, v...)
 }
 
-func appendNumEntry(b []byte, k string, v float64) []byte {
+// AppendNumberField appends the Struct field k holding the number v.
+func AppendNumberField(b []byte, k string, v float64) []byte {
 	b = appendEntry(b, k, tagSize+8)
 	b = appendTag(b, fieldValueNumber, protowire.Fixed64Type)
 	return protowire.AppendFixed64(b, math.Float64bits(v))
 }
 
-func appendBoolEntry(b []byte, k string, v bool) []byte {
+// AppendBoolField appends the Struct field k holding v.
+func AppendBoolField(b []byte, k string, v bool) []byte {
 	b = appendEntry(b, k, tagSize+1)
 	b = appendTag(b, fieldValueBool, protowire.VarintType)
 	return appendVarint(b, protowire.EncodeBool(v))
 }
 
-// appendNamesEntry writes the list of the names of specs, each once where neighbours share one
-// (a rule's tokens and requests, kindPair), made valid UTF-8.
-func appendNamesEntry(b []byte, k string, specs []bucket.Spec) []byte {
+// AppendListField appends the Struct field k holding the list of the strings vs.
+func AppendListField(b []byte, k string, vs []string) []byte {
 	list := 0
-	for i := range specs {
-		if i == 0 || specs[i].Name != specs[i-1].Name {
-			list += lenSize(fieldListValues, lenSize(fieldValueString, len(validUTF8(specs[i].Name))))
-		}
+	for _, v := range vs {
+		list += lenSize(fieldListValues, lenSize(fieldValueString, len(validUTF8(v))))
 	}
 	b = appendEntry(b, k, lenSize(fieldValueList, list))
 	b = appendLen(b, fieldValueList, list)
-	for i := range specs {
-		if i == 0 || specs[i].Name != specs[i-1].Name {
-			name := validUTF8(specs[i].Name)
-			b = appendLen(b, fieldListValues, lenSize(fieldValueString, len(name)))
-			b = appendTag(b, fieldValueString, protowire.BytesType)
-			b = appendString(b, name)
-		}
+	for _, v := range vs {
+		v = validUTF8(v)
+		b = appendLen(b, fieldListValues, lenSize(fieldValueString, len(v)))
+		b = appendTag(b, fieldValueString, protowire.BytesType)
+		b = appendString(b, v)
 	}
 	return b
+}
+
+// validUTF8 is s with invalid UTF-8 replaced: the strings may carry a client's bytes.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // Every field number above is below 16, so every tag is one byte; most lengths and codes are
