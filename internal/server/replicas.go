@@ -27,7 +27,7 @@ type replicas struct {
 func newReplicas(store *bucket.Redis, reg prometheus.Registerer, log *zap.Logger) *replicas {
 	host, _ := os.Hostname()
 	var b [6]byte
-	rand.Read(b[:]) //nolint:errcheck // never fails
+	rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	r := &replicas{
 		store: store,
 		id:    host + "-" + hex.EncodeToString(b[:]),
