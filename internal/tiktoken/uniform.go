@@ -2,6 +2,11 @@ package tiktoken
 
 import "bytes"
 
+// uniform_table.go is measured by TestUniformRuns with -update; TestUniformTableGenerated
+// checks that measuring again writes the same file.
+//
+//go:generate go test -run ^TestUniformRuns$ -update
+
 // One byte repeated (spaces, newlines, a letter, "=====") is the slowest input of the
 // merge: no position of the run can be cut, so it is merged whole, at O(n log n). Its count
 // is also periodic: BPE builds c^n from the longest runs the vocabulary has (of 2^k bytes
