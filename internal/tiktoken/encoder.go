@@ -148,13 +148,13 @@ func (e *Encoding) CountString(s string) int {
 	return e.Count(unsafeBytes(s))
 }
 
-// EncodingForModel returns the name of the encoding OpenAI uses for model, or "" when the model is not a
-// known OpenAI model. Rules (tiktoken's model.py, MODEL_PREFIX_TO_ENCODING, plus Azure's
-// "gpt-35" spelling): o200k_base for gpt-4o, chatgpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3, o4,
-// gpt-oss, codex, omni-moderation; cl100k_base for gpt-4, gpt-3.5/gpt-35, text-embedding-3*,
-// text-embedding-ada-002, davinci-002 and babbage-002. A fine-tune ("ft:gpt-4o-mini:org::id")
-// or a provider-prefixed name ("openai/gpt-4o") uses its base model's encoding. Safe for
-// concurrent use.
+// EncodingForModel returns the name of the encoding OpenAI uses for model (CL100K or O200K), or
+// "" when the model is not a known OpenAI model. Rules (tiktoken's model.py,
+// MODEL_PREFIX_TO_ENCODING, plus Azure's "gpt-35" spelling): o200k_base for gpt-4o,
+// chatgpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3, o4, gpt-oss, codex, omni-moderation; cl100k_base
+// for gpt-4, gpt-3.5/gpt-35, text-embedding-3*, text-embedding-ada-002, davinci-002 and
+// babbage-002. A fine-tune ("ft:gpt-4o-mini:org::id") or a provider-prefixed name
+// ("openai/gpt-4o") uses its base model's encoding. Safe for concurrent use.
 func EncodingForModel(model string) string {
 	m := strings.ToLower(strings.TrimSpace(model))
 	m = strings.TrimPrefix(m, "ft:")
