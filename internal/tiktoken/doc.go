@@ -22,8 +22,8 @@
 //     (tiktoken itself accepts only valid UTF-8).
 //
 // It sees text, never requests: it must never import encoding/json, the provider packages,
-// internal/tokens (pricing), internal/config or internal/filter. Its consumers pick the
-// encoding and the text.
+// internal/tokens (pricing), internal/config or internal/filter (TestImports holds it to
+// that). Its consumers pick the encoding and the text.
 //
 // # Splitting
 //

@@ -36,8 +36,7 @@ var encodings = map[string]func() (*Encoding, error){
 
 // Get returns the encoding named name (CL100K or O200K), the same one on every call. The
 // vocabulary is embedded in the binary (github.com/pkoukk/tiktoken-go-loader) and parsed on
-// the first call for each name (tens of milliseconds); nothing is downloaded. Safe for
-// concurrent use.
+// the first call for each name; nothing is downloaded. Safe for concurrent use.
 func Get(name string) (*Encoding, error) {
 	get, ok := encodings[name]
 	if !ok {
@@ -78,9 +77,9 @@ func (e *Encoding) Count(text []byte) int {
 // CountBounded is Count with a bound on the scratch memory: a piece that cannot be cut into
 // segments of at most maxSegment bytes (maxSegment > 0) is counted in chunks of maxSegment
 // bytes, cut before a character, and chunked is true; the count is then no longer exact.
-// Runs of one byte repeated are counted exactly whatever their length (uniform.go). Scratch
-// is about 40 bytes per byte of maxSegment. maxSegment <= 0 is Count. Safe for concurrent
-// use.
+// A run of one byte repeated whose byte has a periodic rule (almost every byte, uniform.go)
+// is counted exactly at any length. Scratch is about 40 bytes per byte of maxSegment.
+// maxSegment <= 0 is Count. Safe for concurrent use.
 func (e *Encoding) CountBounded(text []byte, maxSegment int) (n int, chunked bool) {
 	return e.count(text, maxSegment)
 }
