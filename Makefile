@@ -45,6 +45,9 @@ unit:
 	$(GO) test -race -count=1 ./...
 	@# The soak's memory bound, without the race detector's shadow memory in the RSS.
 	$(GO) test -count=1 -run '^TestSoak$$' ./cmd/ext-authz/
+	@# The tokenizer's generated tables measured again and compared with the checked-in ones,
+	@# without the race detector, under which measuring uniform_table.go takes minutes.
+	$(GO) test -count=1 -run 'Generated$$' ./internal/tiktoken/
 	@# Every benchmark once, as a smoke test (no timing gates): they must keep running.
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 

@@ -31,10 +31,10 @@ func benchLimits(tb testing.TB) string {
 }
 
 // benchRequest is a CheckRequest as Envoy sends it, with an OpenAI chat body of about size bytes
-// of English prose (tokens/testdata/english.txt).
+// of English prose (tiktoken/testdata/english.txt).
 func benchRequest(tb testing.TB, size int, tenant string) *authv3.CheckRequest {
 	tb.Helper()
-	prose, err := os.ReadFile("../tokens/testdata/english.txt")
+	prose, err := os.ReadFile("../tiktoken/testdata/english.txt")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -46,9 +46,10 @@ func newCountCache(entries int) *countCache {
 	return &countCache{seed: maphash.MakeSeed(), mask: n - 1, slots: make([]atomic.Uint64, n)}
 }
 
-// key returns the slot index and the tagged word prefix of text in encoding salt.
-func (c *countCache) key(text []byte, salt uint64) (idx uint64, tag uint64) {
-	h := maphash.Bytes(c.seed, text) ^ salt
+// key returns the slot index and the tagged word prefix of text counted in the named encoding.
+// The name's hash keeps the encodings' counts of one text apart.
+func (c *countCache) key(text []byte, encoding string) (idx uint64, tag uint64) {
+	h := maphash.Bytes(c.seed, text) ^ maphash.String(c.seed, encoding)
 	// The tag is the hash's top bits; bit 0 of the tag is forced on so that no stored word is
 	// zero (the empty slot).
 	return h & c.mask, (h>>cacheTagShift | 1) << cacheTagShift

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
 
 func TestCountCacheSlots(t *testing.T) {
@@ -16,7 +18,7 @@ func TestCountCacheSlots(t *testing.T) {
 		t.Fatalf("%d slots, want 1024", len(c.slots))
 	}
 	text := []byte(strings.Repeat("cached text ", 30))
-	idx, tag := c.key(text, 1)
+	idx, tag := c.key(text, tiktoken.O200K)
 	if _, _, _, ok := c.get(idx, tag); ok {
 		t.Fatal("hit in an empty cache")
 	}
@@ -24,9 +26,9 @@ func TestCountCacheSlots(t *testing.T) {
 	if n, chunked, invalid, ok := c.get(idx, tag); !ok || n != 12345 || !chunked || invalid {
 		t.Fatalf("got %d %v %v %v", n, chunked, invalid, ok)
 	}
-	// Another encoding's salt is another key.
-	if i2, t2 := c.key(text, 2); i2 == idx && t2 == tag {
-		t.Fatal("two salts gave one key")
+	// Another encoding's name is another key.
+	if i2, t2 := c.key(text, tiktoken.CL100K); i2 == idx && t2 == tag {
+		t.Fatal("two encodings gave one key")
 	} else if _, _, _, ok := c.get(i2, t2); ok && i2 == idx {
 		t.Fatal("hit across encodings")
 	}
@@ -85,9 +87,9 @@ func TestCountCacheServesResentTextsOnly(t *testing.T) {
 			t.Fatalf("anthropic=%v: cached %+v, uncached %+v", anthropic, got, want)
 		}
 		poison := func(text string) {
-			idx, tag := p.cache.key([]byte(text), p.o200k.salt)
+			idx, tag := p.cache.key([]byte(text), tiktoken.O200K)
 			if anthropic {
-				idx, tag = p.cache.key([]byte(text), p.cl100k.salt)
+				idx, tag = p.cache.key([]byte(text), tiktoken.CL100K)
 			}
 			p.cache.put(idx, tag, 0, false, false)
 		}

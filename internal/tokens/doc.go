@@ -1,9 +1,10 @@
 // Package tokens prices LLM requests in tokens: it reads a request's path, headers and body
 // and returns the provider, API, model, prompt tokens, output tokens reserved and whether the
-// count is exact. It owns the exact token counter for OpenAI's cl100k_base and o200k_base
-// encodings. It imports internal/provider and internal/provider/dialects (the providers' names
-// and hosts); it must never import internal/filter or internal/bucket (they consume it), and
-// nothing in it touches the network: the vocabularies are embedded.
+// count is exact. Text is counted by internal/tiktoken, the exact counter for OpenAI's
+// cl100k_base and o200k_base encodings; this package decides which text, in which encoding, and
+// what it costs. It imports internal/provider and internal/provider/dialects (the providers'
+// names and hosts); it must never import internal/filter or internal/bucket (they consume it),
+// and nothing in it touches the network (internal/tiktoken embeds the vocabularies).
 //
 // # APIs
 //
@@ -36,9 +37,9 @@
 // # Counting rules and their sources
 //
 // Exact (Estimate.Exact): OpenAI chat messages whose content is a string, completions prompts
-// and embeddings inputs, for models whose encoding is known (EncodingForModel: o200k_base for
-// gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1/o3/o4 and gpt-oss; cl100k_base for gpt-4, gpt-3.5-turbo
-// and text-embedding-3/ada-002; tiktoken's model table).
+// and embeddings inputs, for models whose encoding is known (tiktoken.EncodingForModel:
+// o200k_base for gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1/o3/o4 and gpt-oss; cl100k_base for gpt-4,
+// gpt-3.5-turbo and text-embedding-3/ada-002; tiktoken's model table).
 //
 //   - Chat: OpenAI Cookbook, "How to count tokens with tiktoken" (num_tokens_from_messages):
 //     3 tokens per message plus the tokens of each of its string values (role, content, name,
@@ -112,32 +113,14 @@
 // stored prompts, files, document URLs, MCP servers) raises the prompt to the model's context
 // window or by Options.UnseenContextTokens. Invalid UTF-8 and wrong types are priced field by
 // field and marked approximate. A run of over 256 KiB in which no token boundary can be proven
-// (one character repeated) is counted in 256 KiB chunks (ReasonLongRun), which bounds the
-// merge scratch of one Estimate to about 10 MiB.
+// (one character repeated) is counted in 256 KiB chunks (tiktoken's CountBounded,
+// ReasonLongRun), which bounds the merge scratch of one Estimate to about 10 MiB.
 //
-// # The counter
+// # Counting
 //
-// Encoding returns an Encoder whose Count equals len(tiktoken.encode_ordinary(text)) for
-// tiktoken 0.14.0. The split patterns are reproduced by hand-written scanners (split.go; no
-// regular expressions) whose character classes are generated from tiktoken's own regex engine
-// (Unicode 16.0; Go's unicode package is 15.0.0, see unicode_tables.go and gen_unicode.py).
-// Merges follow tiktoken's lowest-rank-first rule. A long piece is first cut wherever no token
-// of the vocabulary can span (no 2-3 byte token and no 4-gram of any token crosses the
-// position: exact, since every part of a merge is a token), which splits CJK and other
-// non-Latin runs into characters. Segments then merge with tiktoken's quadratic scan up to 48
-// bytes (fastest there), a binary heap up to 2 KiB and, above, a per-rank bucket queue whose
-// initial pairs are counting-sorted, so a segment of n bytes costs O(n log n) at worst
-// instead of tiktoken-go's O(n²). Lookups go through cache-resident Bloom filters before the
-// hash table, which on Linux sits on transparent huge pages where the kernel allows them
-// (huge_linux.go). The commonest pieces skip the general scanners: vocab.words decides runs of
-// English words and punctuation and looks them up without a call: on amd64 the pieces of each
-// 64-byte window are found at once from bitmaps of SSE2 (or AVX2) compares and looked up
-// independently of each other (words_amd64.s; the purego build tag turns it off), elsewhere
-// each word from 8-byte loads classified in general registers; a word of 9 to 15 bytes is
-// looked up in a second table that holds those tokens whole, one cache line a lookup;
-// asciiWord, asciiLetters and asciiSymbols decide most other ASCII pieces. TestWords,
-// TestWordsSSE, TestWordsWindow and TestASCIIWordFastPath hold them to the general matchers and
-// to each other. Counting builds no token list and allocates nothing for ordinary text.
+// Every text is counted by a tiktoken.Encoding, whose Count equals
+// len(tiktoken.encode_ordinary(text)) for tiktoken 0.14.0 in time linear in the text
+// (internal/tiktoken/doc.go says how, and how that is proven).
 //
 // Chat clients resend the whole conversation on every turn, and the same system prompt and
 // tools on every request. A Pricer keeps a fixed table (Options.CountCache, 65,536 entries,
@@ -149,12 +132,8 @@
 // and without it (FuzzEstimate checks both). BenchmarkConversation measures it on 8 KB bodies
 // of ongoing conversations.
 //
-// Proof: testdata/corpus.jsonl (1,281 texts, counts from Python tiktoken via
-// testdata/gen_corpus.py, both encodings), differential fuzzing against pkoukk/tiktoken-go
-// (FuzzCount), TestMergeAlgorithmsAgree, the cookbook fixtures, and FuzzEstimate.
-// Benchmarks: BenchmarkSpeed (the speed claims, in thread CPU time), BenchmarkCount,
-// BenchmarkOracle, BenchmarkEstimate, BenchmarkParse, BenchmarkLoad. Long fuzzing:
+// Proof: the cookbook fixtures (testdata/openai_cookbook.json), FuzzEstimate and FuzzBound.
+// Benchmarks: BenchmarkEstimate, BenchmarkParse, BenchmarkConversation. Long fuzzing:
 //
-//	go test -run '^$' -fuzz FuzzCount -fuzztime 10m ./internal/tokens/
 //	go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 package tokens

@@ -235,6 +235,9 @@ func (p *parser) str(i int) (int, error) {
 	}
 }
 
+// oneBits and highBits are 0x01 and 0x80 in every byte of a word.
+const oneBits, highBits = 0x0101010101010101, 0x8080808080808080
+
 // hasControl reports whether b has a byte below 0x20, which JSON strings must escape. A byte
 // below n sets bit 7 of (x - n*ones) &^ x for some byte of a word x (exact for n <= 0x80), so
 // the words' results are only OR-ed together and tested once; the last word may overlap the

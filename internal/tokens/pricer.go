@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
 
 // OutputRule sets the output reservation for models matching a glob.
@@ -123,9 +124,9 @@ type Pricer struct {
 	opts Options
 	// azureFold is Options.AzureDeployments with ASCII-lower-cased names.
 	azureFold map[string]string
-	fallback  *Encoder
-	cl100k    *Encoder
-	o200k     *Encoder
+	fallback  *tiktoken.Encoding
+	cl100k    *tiktoken.Encoding
+	o200k     *tiktoken.Encoding
 	cache     *countCache // nil when off
 	work      sync.Pool   // *work
 }
@@ -148,7 +149,7 @@ func New(opts Options) (*Pricer, error) {
 		opts.DefaultOutputTokens = DefaultOutputTokens
 	}
 	if opts.FallbackEncoding == "" {
-		opts.FallbackEncoding = CL100K
+		opts.FallbackEncoding = tiktoken.CL100K
 	}
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -232,13 +233,13 @@ func New(opts Options) (*Pricer, error) {
 	}
 	p := &Pricer{opts: opts}
 	var err error
-	if p.cl100k, err = Encoding(CL100K); err != nil {
+	if p.cl100k, err = tiktoken.Get(tiktoken.CL100K); err != nil {
 		errs = append(errs, err)
 	}
-	if p.o200k, err = Encoding(O200K); err != nil {
+	if p.o200k, err = tiktoken.Get(tiktoken.O200K); err != nil {
 		errs = append(errs, err)
 	}
-	if p.fallback, err = Encoding(opts.FallbackEncoding); err != nil {
+	if p.fallback, err = tiktoken.Get(opts.FallbackEncoding); err != nil {
 		errs = append(errs, fmt.Errorf("tokens: FallbackEncoding: %w", err))
 	}
 	if len(errs) > 0 {
@@ -293,7 +294,7 @@ type pricing struct {
 	p          *Pricer
 	w          *work
 	d          *doc
-	enc        *Encoder
+	enc        *tiktoken.Encoding
 	est        Estimate
 	deployment string
 	// resent is set while counting what clients send again on later requests (system prompts,
@@ -520,10 +521,10 @@ const maxFoldedName = 128
 
 // chooseEncoder picks the model's encoding, or the fallback (approximate).
 func (s *pricing) chooseEncoder(model string) {
-	switch EncodingForModel(model) {
-	case O200K:
+	switch tiktoken.EncodingForModel(model) {
+	case tiktoken.O200K:
 		s.enc = s.p.o200k
-	case CL100K:
+	case tiktoken.CL100K:
 		s.enc = s.p.cl100k
 	default:
 		s.enc = s.p.fallback
@@ -648,14 +649,14 @@ func (s *pricing) count(b []byte) int64 {
 	}
 	c := s.p.cache
 	if !s.resent || c == nil || len(b) < minCached {
-		n, chunked := s.enc.count(b, maxPiece)
+		n, chunked := s.enc.CountBounded(b, maxPiece)
 		s.flags(chunked, !utf8.Valid(b))
 		return int64(n)
 	}
-	idx, tag := c.key(b, s.enc.salt)
+	idx, tag := c.key(b, s.enc.Name())
 	n, chunked, invalid, ok := c.get(idx, tag)
 	if !ok {
-		n, chunked = s.enc.count(b, maxPiece)
+		n, chunked = s.enc.CountBounded(b, maxPiece)
 		invalid = !utf8.Valid(b)
 		c.put(idx, tag, n, chunked, invalid)
 	}

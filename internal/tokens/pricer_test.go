@@ -12,7 +12,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
+
+func mustEncoding(tb testing.TB, name string) *tiktoken.Encoding {
+	tb.Helper()
+	e, err := tiktoken.Get(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
 
 func newPricer(tb testing.TB, opts Options) *Pricer {
 	tb.Helper()
@@ -106,8 +117,8 @@ func gzipped(s string) []byte {
 
 func TestEstimate(t *testing.T) {
 	t.Parallel()
-	cl, o2 := mustEncoding(t, CL100K), mustEncoding(t, O200K)
-	cnt := func(e *Encoder, s string) int64 { return int64(e.CountString(s)) }
+	cl, o2 := mustEncoding(t, tiktoken.CL100K), mustEncoding(t, tiktoken.O200K)
+	cnt := func(e *tiktoken.Encoding, s string) int64 { return int64(e.CountString(s)) }
 	p := newPricer(t, Options{
 		AzureDeployments: map[string]string{"prod-chat": "gpt-4o"},
 		OutputRules:      []OutputRule{{Model: "gpt-4o-mini*", Tokens: 1000}},
@@ -317,4 +328,21 @@ func ExamplePricer_Estimate() {
 	})
 	fmt.Println(est.Provider, est.API, est.Model, est.PromptTokens, est.OutputTokens, est.Cost(), est.Exact)
 	// Output: openai chat_completions gpt-4o 8 50 58 true
+}
+
+// TestLongRunReason: a request with such a run is priced approximately, with ReasonLongRun; one
+// with a run of one byte, exactly.
+func TestLongRunReason(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{})
+	for _, tc := range []struct {
+		run    string
+		reason Reason
+	}{{strings.Repeat("ab", maxPiece/2+1000), ReasonLongRun}, {strings.Repeat("a", maxPiece+1000), ""}} {
+		got := p.Estimate(post("/v1/chat/completions", chatBody(t, []byte(tc.run))))
+		exact := 3 + 1 + int64(mustEncoding(t, tiktoken.O200K).CountString("You are a helpful assistant.")) + 3 + 1 + int64(mustEncoding(t, tiktoken.O200K).CountString(tc.run)) + 3
+		if got.Reason != tc.reason || got.PromptTokens != exact {
+			t.Errorf("%q...: got %+v, want reason %q and prompt %d", tc.run[:4], got, tc.reason, exact)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package tokens
+package tiktoken
 
 import (
 	"math/rand/v2"
@@ -46,39 +46,26 @@ func TestMergeAlgorithmsAgree(t *testing.T) {
 	}
 }
 
-// TestLongRunChunks: the pricer counts uncuttable runs longer than maxPiece in chunks (bounded
-// memory), except one byte repeated, which its periodic rule counts exactly (uniform.go).
+// maxSegment is the bound the tests give CountBounded (256 KiB, as the pricer's).
+const maxSegment = 256 << 10
+
+// TestLongRunChunks: CountBounded counts uncuttable runs longer than maxSegment in chunks
+// (bounded memory), except one byte repeated, which its periodic rule counts exactly
+// (uniform.go).
 func TestLongRunChunks(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{CL100K, O200K} {
 		e := mustEncoding(t, name)
 		for _, c := range []string{"a", " ", "\n", "中", "ab", "x y"} {
-			run := []byte(strings.Repeat(c, (maxPiece+maxPiece/3)/len(c)))
+			run := []byte(strings.Repeat(c, (maxSegment+maxSegment/3)/len(c)))
 			exact := e.Count(run)
-			got, chunked := e.count(run, maxPiece)
+			got, chunked := e.CountBounded(run, maxSegment)
 			if want := c == "ab"; chunked != want && c != "中" { // 中 runs are cut or not per encoding
 				t.Errorf("%s %q: chunked %v, want %v", name, c, chunked, want)
 			}
 			if got != exact {
 				t.Errorf("%s %d x %q: chunked count %d, exact %d", name, len(run)/len(c), c, got, exact)
 			}
-		}
-	}
-}
-
-// TestLongRunReason: a request with such a run is priced approximately, with ReasonLongRun; one
-// with a run of one byte, exactly.
-func TestLongRunReason(t *testing.T) {
-	t.Parallel()
-	p := newPricer(t, Options{})
-	for _, tc := range []struct {
-		run    string
-		reason Reason
-	}{{strings.Repeat("ab", maxPiece/2+1000), ReasonLongRun}, {strings.Repeat("a", maxPiece+1000), ""}} {
-		got := p.Estimate(post("/v1/chat/completions", chatBody(t, []byte(tc.run))))
-		exact := 3 + 1 + int64(mustEncoding(t, O200K).CountString("You are a helpful assistant.")) + 3 + 1 + int64(mustEncoding(t, O200K).CountString(tc.run)) + 3
-		if got.Reason != tc.reason || got.PromptTokens != exact {
-			t.Errorf("%q...: got %+v, want reason %q and prompt %d", tc.run[:4], got, tc.reason, exact)
 		}
 	}
 }

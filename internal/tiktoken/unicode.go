@@ -1,9 +1,15 @@
-package tokens
+package tiktoken
 
 import (
 	"sync"
 	"unicode/utf8"
 )
+
+// unicode_tables.go holds the classes as tiktoken's own regex engine defines them; it is
+// generated from Python tiktoken (the project's virtualenv, make deps), and
+// TestUnicodeTablesGenerated checks that it is what the generator writes.
+//
+//go:generate ../../.venv/bin/python testdata/gen_unicode.py
 
 // Character class bits of one code point, as the split patterns see it.
 const (

@@ -1,4 +1,4 @@
-package tokens
+package tiktoken
 
 import (
 	"bytes"
@@ -75,20 +75,20 @@ func parseVocab(data []byte) (*vocab, error) {
 		}
 		sp := bytes.IndexByte(line, ' ')
 		if sp < 0 {
-			return nil, fmt.Errorf("tokens: vocabulary line %d: no rank", len(entries)+1)
+			return nil, fmt.Errorf("tiktoken: vocabulary line %d: no rank", len(entries)+1)
 		}
 		start := len(arena)
 		var err error
 		arena, err = base64.StdEncoding.AppendDecode(arena, line[:sp])
 		if err != nil {
-			return nil, fmt.Errorf("tokens: vocabulary line %d: %w", len(entries)+1, err)
+			return nil, fmt.Errorf("tiktoken: vocabulary line %d: %w", len(entries)+1, err)
 		}
 		if len(arena) == start {
-			return nil, fmt.Errorf("tokens: vocabulary line %d: empty token", len(entries)+1)
+			return nil, fmt.Errorf("tiktoken: vocabulary line %d: empty token", len(entries)+1)
 		}
 		r, err := strconv.ParseUint(string(line[sp+1:]), 10, 24)
 		if err != nil {
-			return nil, fmt.Errorf("tokens: vocabulary line %d: %w", len(entries)+1, err)
+			return nil, fmt.Errorf("tiktoken: vocabulary line %d: %w", len(entries)+1, err)
 		}
 		entries = append(entries, entry{arena[start:len(arena):len(arena)], uint32(r)})
 		maxRank = max(maxRank, uint32(r))
@@ -104,7 +104,7 @@ func parseVocab(data []byte) (*vocab, error) {
 	byRank := make([][]byte, maxRank+1)
 	for _, e := range entries {
 		if byRank[e.rank] != nil {
-			return nil, fmt.Errorf("tokens: vocabulary: rank %d appears twice", e.rank)
+			return nil, fmt.Errorf("tiktoken: vocabulary: rank %d appears twice", e.rank)
 		}
 		byRank[e.rank] = e.tok
 	}
@@ -163,7 +163,7 @@ func parseVocab(data []byte) (*vocab, error) {
 	}
 	for b, r := range v.single {
 		if r == noRank {
-			return nil, fmt.Errorf("tokens: vocabulary: byte %#x is not a token", b)
+			return nil, fmt.Errorf("tiktoken: vocabulary: byte %#x is not a token", b)
 		}
 	}
 	return v, nil
@@ -198,7 +198,7 @@ func (v *vocab) buildLongs(byRank [][]byte) error {
 		s := longHash(head, rest) >> v.lshift
 		for v.longs[s].rest != 0 {
 			if s++; s == uint64(len(v.longs)) {
-				return fmt.Errorf("tokens: vocabulary: the table of long tokens overflows its %d spare entries", longRoom)
+				return fmt.Errorf("tiktoken: vocabulary: the table of long tokens overflows its %d spare entries", longRoom)
 			}
 		}
 		v.longs[s] = longSlot{head, rest}

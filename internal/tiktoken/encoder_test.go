@@ -1,4 +1,4 @@
-package tokens
+package tiktoken
 
 import (
 	"bufio"
@@ -13,14 +13,14 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	tiktoken "github.com/pkoukk/tiktoken-go"
-	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+	reference "github.com/pkoukk/tiktoken-go"
+	loader "github.com/pkoukk/tiktoken-go-loader"
 	"golang.org/x/sys/cpu"
 )
 
-func mustEncoding(tb testing.TB, name string) *Encoder {
+func mustEncoding(tb testing.TB, name string) *Encoding {
 	tb.Helper()
-	e, err := Encoding(name)
+	e, err := Get(name)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -31,10 +31,10 @@ func mustEncoding(tb testing.TB, name string) *Encoder {
 // vocabularies otherwise). It is quadratic on long pieces: only short inputs go to it.
 var oracleLoader sync.Once
 
-func oracle(tb testing.TB, name string) *tiktoken.Tiktoken {
+func oracle(tb testing.TB, name string) *reference.Tiktoken {
 	tb.Helper()
-	oracleLoader.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
-	o, err := tiktoken.GetEncoding(name)
+	oracleLoader.Do(func() { reference.SetBpeLoader(loader.NewOfflineLoader()) })
+	o, err := reference.GetEncoding(name)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestOracleShort(t *testing.T) {
 }
 
 // FuzzCount is the differential fuzz test against pkoukk/tiktoken-go on short valid UTF-8.
-// Long fuzzing: go test -run '^$' -fuzz FuzzCount -fuzztime 10m ./internal/tokens/
+// Long fuzzing: go test -run '^$' -fuzz FuzzCount -fuzztime 10m ./internal/tiktoken/
 func FuzzCount(f *testing.F) {
 	for _, s := range []string{"hello world", "I'm", "  \n x", "中文", "e\u0301", "'ſ", "<|endoftext|>", "ǅA", "1234567"} {
 		f.Add(s)

@@ -1,6 +1,11 @@
-package tokens
+package tiktoken
 
 import "bytes"
+
+// uniform_table.go is measured by TestUniformRuns with -update; TestUniformTableGenerated
+// checks that measuring again writes the same file.
+//
+//go:generate go test -run ^TestUniformRuns$ -update
 
 // One byte repeated (spaces, newlines, a letter, "=====") is the slowest input of the
 // merge: no position of the run can be cut, so it is merged whole, at O(n log n). Its count

@@ -5,7 +5,7 @@ Each line is {"kind": ..., "text": ..., "cl100k_base": n, "o200k_base": n} where
 len(enc.encode_ordinary(text)) (special-token strings count as ordinary text, as the pricer
 does). The corpus is deterministic (seeded); regenerate with the project's virtualenv:
 
-    .venv/bin/python internal/tokens/testdata/gen_corpus.py
+    .venv/bin/python internal/tiktoken/testdata/gen_corpus.py
 
 tiktoken downloads vocabularies by default and this machine cannot reach those hosts, so the
 encodings are built from the .tiktoken files embedded in github.com/pkoukk/tiktoken-go-loader

@@ -1,4 +1,4 @@
-package tokens
+package tiktoken
 
 import (
 	"math"
@@ -126,7 +126,7 @@ func (v *vocab) mergeSmall(piece []byte) int {
 	return m
 }
 
-// scratch is the reusable working memory of mergeHeap (pooled by the Encoder).
+// scratch is the reusable working memory of mergeHeap (pooled by the Encoding).
 type scratch struct {
 	next, prev []int32
 	rank       []uint32

@@ -1,6 +1,6 @@
 //go:build !purego
 
-package tokens
+package tiktoken
 
 import (
 	"math/bits"

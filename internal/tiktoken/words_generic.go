@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package tokens
+package tiktoken
 
 // haveSSE: words has no assembly here.
 const haveSSE = false

@@ -1,4 +1,4 @@
-package tokens
+package tiktoken
 
 import (
 	"fmt"
@@ -84,7 +84,7 @@ func TestPieceCacheConcurrent(t *testing.T) {
 		e := mustEncoding(t, name)
 		want := make([]int, len(texts))
 		for k, text := range texts {
-			cold := &Encoder{name: e.name, vocab: e.vocab, classes: e.classes, split: e.split, pieces: new(pieceCache)}
+			cold := &Encoding{name: e.name, vocab: e.vocab, classes: e.classes, split: e.split, pieces: new(pieceCache)}
 			cold.pool.New = func() any { return new(scratch) }
 			want[k] = cold.Count(text)
 		}

@@ -1,8 +1,7 @@
-package tokens
+package tiktoken
 
 import (
 	"bytes"
-	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -114,7 +113,7 @@ func BenchmarkCount(b *testing.B) {
 		b.Run(name+"/english-100KB-cold", func(b *testing.B) {
 			// The same text, the piece cache emptied before each count: what a text of new
 			// words costs (above, its rare words are counted once and then remembered).
-			cold := &Encoder{name: e.name, vocab: e.vocab, classes: e.classes, split: e.split, pieces: new(pieceCache)}
+			cold := &Encoding{name: e.name, vocab: e.vocab, classes: e.classes, split: e.split, pieces: new(pieceCache)}
 			cold.pool.New = func() any { return new(scratch) }
 			text := englishProse(b, 100<<10)
 			b.SetBytes(int64(len(text)))
@@ -202,10 +201,10 @@ func cpuRatio(tb testing.TB, na int, a func(), nb int, b func()) (nsA, nsB float
 	return float64(ta.Nanoseconds()) / float64(na*runs), float64(tb2.Nanoseconds()) / float64(nb*runs)
 }
 
-// BenchmarkSpeed is the one run that checks the issue's speed claims, in CPU time per byte
+// BenchmarkSpeed is the one run that checks the counter's speed claims, in CPU time per byte
 // (see threadCPU): ours vs pkoukk/tiktoken-go on 100 KB of English, and each 1 MiB
 // pathological input relative to 1 MiB of English prose.
-// Run: go test -run '^$' -bench Speed ./internal/tokens/
+// Run: go test -run '^$' -bench Speed ./internal/tiktoken/
 func BenchmarkSpeed(b *testing.B) {
 	for _, name := range []string{CL100K, O200K} {
 		b.Run(name, func(b *testing.B) {
@@ -230,70 +229,6 @@ func BenchmarkSpeed(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkEstimate prices whole requests: a typical small chat request, and 1 MiB chat bodies
-// of English and of each pathological text (Envoy's ext_authz timeout is typically 200 ms to
-// 1 s; see also TestOneMiB).
-func BenchmarkEstimate(b *testing.B) {
-	p := newPricer(b, Options{})
-	run := func(name, body string) {
-		b.Run(name, func(b *testing.B) {
-			in := post("/v1/chat/completions", body)
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				p.Estimate(in)
-			}
-		})
-	}
-	run("chat-small", `{"model":"gpt-4o","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"max_tokens":20}`)
-	run("chat-1MiB-english", chatBody(b, englishProse(b, 1<<20)))
-	for _, kind := range pathologicalKinds {
-		text := pathological(kind, 1<<20)
-		if kind == "random" {
-			text = bytes.ToValidUTF8(text, []byte("?")) // JSON strings must be UTF-8
-		}
-		run("chat-1MiB-"+kind, chatBody(b, text))
-	}
-}
-
-// chatRequest is what encoding/json would need to decode to price a chat request.
-type chatRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role    string `json:"role"`
-		Content any    `json:"content"`
-		Name    string `json:"name"`
-	} `json:"messages"`
-	MaxTokens *int64 `json:"max_tokens"`
-	N         *int64 `json:"n"`
-}
-
-// BenchmarkParse compares the pricing tape with encoding/json decoding only the fields pricing
-// needs, on a 100 KB chat body (parsing only; counting is the same for both).
-func BenchmarkParse(b *testing.B) {
-	body := []byte(chatBody(b, englishProse(b, 100<<10)))
-	b.Run("tape", func(b *testing.B) {
-		var d doc
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := d.parse(body); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("encoding-json", func(b *testing.B) {
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			var req chatRequest
-			if err := json.Unmarshal(body, &req); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // BenchmarkLoad reports the time to parse each embedded vocabulary and the heap it keeps

@@ -1,6 +1,6 @@
 //go:build !purego
 
-package tokens
+package tiktoken
 
 // haveSSE: words runs wordsSSE where 16 bytes are left (SSE2 is part of every amd64).
 const haveSSE = true

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tiktoken
+
+const raceEnabled = false
