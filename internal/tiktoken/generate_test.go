@@ -37,7 +37,8 @@ func TestUnicodeTablesGenerated(t *testing.T) {
 }
 
 // tiktokenPython returns a Python interpreter that imports tiktoken: the repository's .venv,
-// else python3 on PATH. The test is skipped when there is none (make deps installs it).
+// else python3 on PATH. Without one the test fails in CI and is skipped elsewhere (make deps
+// installs it).
 func tiktokenPython(t *testing.T) string {
 	t.Helper()
 	var tried []string
@@ -52,6 +53,10 @@ func tiktokenPython(t *testing.T) string {
 			continue
 		}
 		return bin
+	}
+	// Never skipped in CI: there a missing interpreter is a failure of the setup.
+	if os.Getenv("CI") != "" {
+		t.Fatalf("no Python with tiktoken (run make deps): %s", strings.Join(tried, "; "))
 	}
 	t.Skipf("no Python with tiktoken (run make deps): %s", strings.Join(tried, "; "))
 	return ""
