@@ -98,7 +98,7 @@ var pathologicalKinds = []string{"letter", "spaces", "newlines", "cjk", "random"
 
 // BenchmarkCount: ours on 100 KB of English prose, 1 KB texts of common words and 1 MiB
 // pathological inputs. Compare ns/byte (MB/s): every input is counted in linear time; the
-// README lists each pathological input's cost per byte against English.
+// docs/performance.md (the tokenizer) lists each pathological input's cost per byte against English.
 func BenchmarkCount(b *testing.B) {
 	for _, name := range []string{CL100K, O200K} {
 		e := mustEncoding(b, name)

@@ -61,7 +61,6 @@ func TestUniformRuns(t *testing.T) {
 	}
 }
 
-
 // measureUniform returns the rules of every byte in v (probeRun), measured on every CPU.
 func measureUniform(v *vocab) (rules [256]runRule) {
 	var next atomic.Int32
