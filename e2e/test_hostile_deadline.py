@@ -11,7 +11,8 @@ Envoy buffers for a retry), under internal/config/example.yaml (30,000 tokens pe
 once, so every check answers in time; none passes unpriced, the provider admits none of them
 (each is above any bucket: 413), and another tenant's small calls are answered, none 503. The
 control runs the replicas with -pricing-slots -1 (every body counted exactly, however long it
-takes): the checks pass Envoy's per-try timeout and failure_mode_allow forwards them unpriced.
+takes) and a burst of 120 such bodies: the checks pass Envoy's per-try timeout and
+failure_mode_allow forwards them unpriced.
 
 Row 12, holds: a rule with max_wait 450ms holds requests for their budget; the clients pad each
 body with 100 KiB of JSON whitespace so that Envoy cannot retry a cut attempt. Shipped (per-try
@@ -48,6 +49,9 @@ EXAMPLE_LIMITS = (h.ROOT / "internal" / "config" / "example.yaml").read_text()
 
 # Row 5
 BODIES = 40
+# The control's burst: three times the attack, so that exact counts overrun the attempt however
+# idle the machine is (40 of them can all finish within it when nothing else runs).
+CONTROL_BODIES = 120
 BODY_BYTES = 900 << 10  # the whole body within max_request_bytes (1 MiB)
 # gpt-4.1: its 1,047,576-token context window holds a 900 KiB body, so what fails open is
 # admitted by the provider rather than refused as too long for the model.
@@ -114,12 +118,13 @@ def slow_bodies_run(defence: bool) -> dict:
                      "-completion-tokens", "8", "-max-counted-bytes", "65536"],
                     replica_args=[] if defence else ["-pricing-slots", "-1"])
     out: dict = {"scenario": name, "defence": defence}
+    n = BODIES if defence else CONTROL_BODIES
     try:
         stack.up()
-        texts = [_random_text(BODY_BYTES, i) for i in range(BODIES)]
+        texts = [_random_text(BODY_BYTES, i) for i in range(n)]
         hostile = _sdk(stack, "sk-hostile", "127.0.0.31")
         victim = _sdk(stack, "sk-victim", "127.0.0.32")
-        start = threading.Barrier(BODIES + 1)
+        start = threading.Barrier(n + 1)
 
         def attack(i: int) -> int:
             start.wait()
@@ -142,9 +147,9 @@ def slow_bodies_run(defence: bool) -> dict:
                     codes.append(e.status_code)
             return codes
 
-        with cf.ThreadPoolExecutor(BODIES + 1) as pool:
+        with cf.ThreadPoolExecutor(n + 1) as pool:
             v = pool.submit(victim_calls)
-            codes = list(pool.map(attack, range(BODIES)))
+            codes = list(pool.map(attack, range(n)))
             out["victim_statuses"] = v.result()
         out["attack_statuses"] = codes
         records = h.read_jsonl(stack.records_path)
@@ -153,7 +158,7 @@ def slow_bodies_run(defence: bool) -> dict:
         attack_records = [r for r in records if r.get("key") == "sk-hostile"]
         out["provider_admitted_attack"] = sum(1 for r in attack_records if r["status"] == 200)
         out["provider_admitted_tokens"] = sum(r["cost"] for r in records if r["status"] == 200 and r["provider"] == "openai")
-        log = _access_log(stack, lambda e: (e.get("request_bytes") or 0) > 64 << 10, BODIES)
+        log = _access_log(stack, lambda e: (e.get("request_bytes") or 0) > 64 << 10, n)
         out["attack_logged"] = len(log)
         out["attack_priced"] = sum(1 for e in log if sc.meta(e, "decision"))
         out["attack_decisions"] = sorted({str(sc.meta(e, "decision")) for e in log})
