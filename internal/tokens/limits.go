@@ -75,13 +75,13 @@ func DefaultModelLimits() []ModelLimits { return append([]ModelLimits(nil), mode
 
 // limits returns the model's limits, or the provider's maxima (known false) when no entry
 // matches. For an unknown provider both are the largest of the two.
-func (s *pricing) limits() (l ModelLimits, known bool) {
+func (s *call) limits() (l ModelLimits, known bool) {
 	for _, r := range s.p.opts.ModelLimits {
-		if ok, _ := path.Match(r.Model, s.est.Model); ok && s.est.Model != "" {
+		if ok, _ := path.Match(r.Model, s.Est.Model); ok && s.Est.Model != "" {
 			return r, true
 		}
 	}
-	if s.est.Provider == Anthropic {
+	if s.Est.Provider == Anthropic {
 		return ModelLimits{Context: anthropicMaxContext, Output: anthropicMaxOutput}, false
 	}
 	return ModelLimits{Context: openAIMaxContext, Output: openAIMaxOutput}, false
