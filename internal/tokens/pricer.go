@@ -62,8 +62,8 @@ type Options struct {
 	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
 	ImageTokens int64
 	// AnthropicFactors set the multiplier of the cl100k_base count of Anthropic request text
-	// per model glob (first match wins); see the package doc for the evidence. Nil means
-	// DefaultAnthropicFactors; an empty non-nil slice means none.
+	// per model glob (first match wins); internal/provider/anthropic's package doc gives the
+	// evidence. Nil means DefaultAnthropicFactors; an empty non-nil slice means none.
 	AnthropicFactors []FactorRule
 	// AnthropicFactor is the multiplier for Anthropic models no AnthropicFactors rule matches
 	// (newer and unknown models). Must be in [1, 10]. Default 2.0.

@@ -9,9 +9,9 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
 
-// Anthropic pricing: an estimate, see the package doc. Text is counted with cl100k_base; the
-// count plus per-message and per-block overheads is multiplied by the model's factor
-// (tokens.Options.AnthropicFactors, AnthropicFactor).
+// Anthropic pricing: an estimate, see the package doc for its evidence. Text is counted with
+// cl100k_base; the count plus per-message and per-block overheads is multiplied by the model's
+// factor (tokens.Options.AnthropicFactors, AnthropicFactor).
 // Images use Anthropic's published size formula; tool definitions add the tool-use system
 // prompt Anthropic documents.
 const (

@@ -84,8 +84,8 @@ const (
 	// ReasonResponses: the Responses API's per-item overhead is not published; items are
 	// priced with the chat rule.
 	ReasonResponses Reason = "responses_formula"
-	// ReasonAnthropicEstimate: Anthropic publishes no tokenizer; see the package doc for the
-	// estimator.
+	// ReasonAnthropicEstimate: Anthropic publishes no tokenizer; internal/provider/anthropic's
+	// package doc gives the estimator.
 	ReasonAnthropicEstimate Reason = "anthropic_estimate"
 	// ReasonInvalidUTF8: priced text is not valid UTF-8; invalid bytes are counted as bytes.
 	ReasonInvalidUTF8 Reason = "invalid_utf8"
