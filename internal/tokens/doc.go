@@ -3,8 +3,8 @@
 // count is exact. It is the entry point (Pricer, Options, Input; Estimate and Reason are
 // internal/provider/pricing's): it recognises the request (internal/provider/dialects.Recognize),
 // reads its body as the provider would (charsets, gzip and deflate, partial and oversized
-// bodies), chooses the encoding its text is counted in, parses it into a pricing.Request and
-// hands that to the provider's room (dialects.Price), which walks the body by its API's rules.
+// bodies), parses it into a pricing.Request and hands that to the provider's room
+// (dialects.Price), which chooses the encoding and walks the body by its API's rules.
 // What a body that cannot be read in full costs (bound.go, limits.go), the input a request
 // refers to but does not hold, Azure's deployments and the raw pricing of unknown APIs are this
 // package's. Text is counted by internal/tiktoken, the exact counter for OpenAI's cl100k_base and
@@ -36,10 +36,12 @@
 //
 // # Encodings
 //
-// OpenAI models are counted in their encoding (tiktoken.EncodingForModel: o200k_base for
-// gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1/o3/o4 and gpt-oss; cl100k_base for gpt-4, gpt-3.5-turbo
-// and text-embedding-3/ada-002; tiktoken's model table); Anthropic's in cl100k_base (its room
-// says why); unknown models in Options.FallbackEncoding (cl100k_base by default, approximate).
+// The rooms choose from the encodings a Pricer loads (pricing.Config.Encoding): OpenAI models
+// are counted in their encoding (tiktoken.EncodingForModel: o200k_base for gpt-4o, gpt-4.1,
+// gpt-4.5, gpt-5, o1/o3/o4 and gpt-oss; cl100k_base for gpt-4, gpt-3.5-turbo and
+// text-embedding-3/ada-002; tiktoken's model table), unknown models in Options.FallbackEncoding
+// (cl100k_base by default, approximate); Anthropic's in cl100k_base (its room says why). The
+// raw body of an unknown API is counted in the encoding of the model it names, if any.
 //
 // Output reserved, when the request names no maximum: the first Options.OutputRules glob
 // matching the model, else Options.DefaultOutputTokens (4096). Embeddings reserve nothing.

@@ -242,6 +242,9 @@ func New(opts Options) (*Pricer, error) {
 		AnthropicFactor:      opts.AnthropicFactor,
 		AnthropicImageTokens: opts.AnthropicImageTokens,
 		Cache:                pricing.NewCache(opts.CountCache),
+		CL100K:               p.cl100k,
+		O200K:                p.o200k,
+		Fallback:             p.fallback,
 	}
 	p.azureFold = make(map[string]string, len(opts.AzureDeployments))
 	for name, model := range opts.AzureDeployments {
@@ -360,7 +363,6 @@ func (s *call) parsed(body []byte, size int64) {
 	if st := s.Doc.Get(root, "stream"); s.Doc.Kind(st) == pricing.Bool {
 		s.Est.Stream = s.Doc.Raw(st)[0] == 't'
 	}
-	s.chooseEncoder(s.Est.Model)
 	dialects.Price(&s.Request, root)
 	if s.HasUnseen() {
 		s.addUnseen()
@@ -427,7 +429,11 @@ func (s *call) textSize(body []byte, size int64) int64 {
 func (s *call) unknownAPI(in *Input, size int64, partial bool) {
 	s.Approx(ReasonUnknownAPI)
 	body := in.Body[:min(int64(len(in.Body)), s.p.opts.MaxBodyBytes)]
-	s.chooseEncoder(sniffModel(body))
+	enc, known := s.p.cfg.Encoding(sniffModel(body))
+	s.SetEncoding(enc)
+	if !known {
+		s.Approx(ReasonUnknownModel)
+	}
 	scale := 1.0
 	switch {
 	case size > int64(len(body)) && len(body) > 0:
@@ -484,24 +490,6 @@ func (s *call) deploymentModel() string {
 // maxFoldedName bounds the deployment names looked up regardless of case (in a buffer on the
 // stack); longer names are looked up as they are sent.
 const maxFoldedName = 128
-
-// chooseEncoder picks the model's encoding, or the fallback (approximate).
-func (s *call) chooseEncoder(model string) {
-	switch tiktoken.EncodingForModel(model) {
-	case tiktoken.O200K:
-		s.SetEncoding(s.p.o200k)
-	case tiktoken.CL100K:
-		s.SetEncoding(s.p.cl100k)
-	default:
-		s.SetEncoding(s.p.fallback)
-		if s.Est.Provider != Anthropic {
-			s.Approx(ReasonUnknownModel)
-		}
-	}
-	if s.Est.Provider == Anthropic {
-		s.SetEncoding(s.p.cl100k)
-	}
-}
 
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.
 var errDecodeLimit = errors.New("decoded body too large")

@@ -22,9 +22,11 @@ const (
 )
 
 // Price prices the parsed body of a request to the family, from the object root: the Messages
-// API, or the OpenAI-compatible endpoint's chat body. It sets s.Est.PromptTokens and
-// s.Est.OutputTokens and records why they are approximate. It allocates nothing.
+// API, or the OpenAI-compatible endpoint's chat body. It counts in cl100k_base whatever the
+// model, sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate.
+// It allocates nothing.
 func Price(s *pricing.Request, root int) {
+	s.SetEncoding(s.Config().CL100K)
 	if s.Est.API == provider.ChatCompletions {
 		compatChat(s, root)
 		return

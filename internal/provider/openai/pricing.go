@@ -27,9 +27,15 @@ const (
 const completionsMaxTokens = 16
 
 // Price prices the parsed body of a request to one of the family's APIs, from the object root:
-// it sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate. Any
-// other API is left unpriced. It allocates nothing.
+// it counts in the model's encoding (the fallback for unknown models, approximate), sets
+// s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate. Any other API
+// is left unpriced. It allocates nothing.
 func Price(s *pricing.Request, root int) {
+	enc, known := s.Config().Encoding(s.Est.Model)
+	s.SetEncoding(enc)
+	if !known {
+		s.Approx(pricing.ReasonUnknownModel)
+	}
 	switch s.Est.API {
 	case provider.ChatCompletions:
 		Chat(s, root)

@@ -10,22 +10,28 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
 
-// price prices body as a request of model to api with the default configuration, counted in
-// the model's encoding, as tokens.Pricer hands it to this room.
-func price(tb testing.TB, api provider.API, model, body string) pricing.Estimate {
+// encoding is the named encoding.
+func encoding(tb testing.TB, name string) *tiktoken.Encoding {
 	tb.Helper()
-	enc, err := tiktoken.Get(tiktoken.EncodingForModel(model))
+	enc, err := tiktoken.Get(name)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := pricing.Config{DefaultOutputTokens: 4096}
+	return enc
+}
+
+// price prices body as a request of model to api with the default configuration, as
+// tokens.Pricer hands it to this room.
+func price(tb testing.TB, api provider.API, model, body string) pricing.Estimate {
+	tb.Helper()
+	cl100k := encoding(tb, tiktoken.CL100K)
+	cfg := pricing.Config{DefaultOutputTokens: 4096, CL100K: cl100k, O200K: encoding(tb, tiktoken.O200K), Fallback: cl100k}
 	var sc pricing.Scratch
 	r := pricing.NewRequest(&cfg, &sc, pricing.Tokenize)
 	if err := r.Doc.Parse([]byte(body)); err != nil {
 		tb.Fatal(err)
 	}
 	r.Est = pricing.Estimate{Provider: provider.OpenAI, API: api, Model: model}
-	r.SetEncoding(enc)
 	Price(&r, 0)
 	return r.Est
 }

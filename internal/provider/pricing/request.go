@@ -39,6 +39,20 @@ type Config struct {
 	AnthropicImageTokens int64
 	// Cache holds the counts of resent texts; nil when off.
 	Cache *Cache
+	// CL100K and O200K are OpenAI's encodings; Fallback counts the text of models with no
+	// known encoding (tokens.Options.FallbackEncoding).
+	CL100K, O200K, Fallback *tiktoken.Encoding
+}
+
+// Encoding is the encoding of model (tiktoken.EncodingForModel), or Fallback with known false.
+func (c *Config) Encoding(model string) (enc *tiktoken.Encoding, known bool) {
+	switch tiktoken.EncodingForModel(model) {
+	case tiktoken.O200K:
+		return c.O200K, true
+	case tiktoken.CL100K:
+		return c.CL100K, true
+	}
+	return c.Fallback, false
 }
 
 // MaxChoices bounds the n (and best_of) a request multiplies its output by.
@@ -70,8 +84,8 @@ const (
 
 // Request is the state of pricing one request: the estimate being built, the parsed body, and
 // how its texts are counted. tokens.Pricer starts one per request (recognising the provider and
-// API, choosing the encoding, parsing the body) and hands it to the provider's room, which walks
-// Doc from the root and fills Est.PromptTokens and Est.OutputTokens. It is a value on the
+// API, parsing the body) and hands it to the provider's room, which sets the encoding, walks Doc
+// from the root and fills Est.PromptTokens and Est.OutputTokens. It is a value on the
 // caller's stack: not safe for concurrent use.
 type Request struct {
 	// Est is the estimate being built: Provider, API and Model are set before a room is called.
@@ -99,7 +113,7 @@ func NewRequest(cfg *Config, sc *Scratch, c Counting) Request {
 // Config is the configuration the Request was started with.
 func (r *Request) Config() *Config { return r.cfg }
 
-// SetEncoding sets the encoding texts are counted with.
+// SetEncoding sets the encoding texts are counted with. The room sets it before it counts.
 func (r *Request) SetEncoding(enc *tiktoken.Encoding) { r.enc = enc }
 
 // Approx records why the estimate is approximate; the first reason recorded stays.
