@@ -10,7 +10,8 @@ import (
 // Envoy's max_request_bytes, one it cannot decode or parse), or when the request brings input
 // the body does not show (a stored conversation, a file, a URL, a tool server). Such a request
 // is never priced at a typical answer's default: it is priced at a bound the provider itself
-// cannot exceed, from the model's documented limits (limits.go).
+// cannot exceed, from the model's documented limits (the rooms' limits.go, through
+// dialects.ModelLimits and dialects.Maxima).
 //
 //   - Prompt: one token per byte of the body's declared size (content-length, or the bytes
 //     seen), at most the model's context window. Every token of a byte-level BPE vocabulary

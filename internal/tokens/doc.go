@@ -5,7 +5,7 @@
 // reads its body as the provider would (charsets, gzip and deflate, partial and oversized
 // bodies), parses it into a pricing.Request and hands that to the provider's room
 // (dialects.Price), which chooses the encoding and walks the body by its API's rules.
-// What a body that cannot be read in full costs (bound.go, limits.go), the input a request
+// What a body that cannot be read in full costs (bound.go), the input a request
 // refers to but does not hold, Azure's deployments and the raw pricing of unknown APIs are this
 // package's. Text is counted by internal/tiktoken, the exact counter for OpenAI's cl100k_base and
 // o200k_base encodings.
@@ -58,9 +58,9 @@
 // Options.RequestBufferBytes without content-length), bodies over MaxBodyBytes, gzip/deflate
 // that does not decode within MaxDecodedBytes and other encodings are priced at an upper bound
 // (bound.go): one token per byte of the declared size, at most the model's context window, and
-// the top-level max_tokens found by a linear scan, else the model's maximum output
-// (limits.go, with sources). A body with a bogus content-encoding that is plain JSON is priced
-// as that. Input a request refers to but does not hold (previous_response_id, conversation,
+// the top-level max_tokens found by a linear scan, else the model's maximum output (the
+// rooms' tables with their sources, limits.go of internal/provider/openai and anthropic). A
+// body with a bogus content-encoding that is plain JSON is priced as that. Input a request refers to but does not hold (previous_response_id, conversation,
 // stored prompts, files, document URLs, MCP servers) raises the prompt to the model's context
 // window or by Options.UnseenContextTokens. Invalid UTF-8 and wrong types are priced field by
 // field and marked approximate. A run of over 256 KiB in which no token boundary can be proven

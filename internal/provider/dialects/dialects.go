@@ -33,3 +33,16 @@ func Price(r *pricing.Request, root int) {
 		openai.Price(r, root)
 	}
 }
+
+// ModelLimits returns a copy of the rooms' per-model tables, each family's in its order (their
+// globs name no model of another family).
+func ModelLimits() []pricing.ModelLimits { return append(openai.Limits(), anthropic.Limits()...) }
+
+// Maxima is the largest context and output of the family of id, for models its table does not
+// know. A provider with no room of its own gets OpenAI's family's. It allocates nothing.
+func Maxima(id provider.ID) pricing.ModelLimits {
+	if id == provider.Anthropic {
+		return pricing.ModelLimits{Context: anthropic.MaxContext, Output: anthropic.MaxOutput}
+	}
+	return pricing.ModelLimits{Context: openai.MaxContext, Output: openai.MaxOutput}
+}
