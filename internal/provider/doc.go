@@ -5,9 +5,12 @@
 //
 // Each family lives in its own package below this one (internal/provider/openai: OpenAI and its
 // Azure dialect; internal/provider/anthropic: the Messages API and Anthropic's OpenAI-compatible
-// endpoint), each with the hosts and paths that recognise its requests, and
-// internal/provider/dialects is the one place that maps an ID to its Dialect and a request to its
-// ID. Adding a family is adding its package, with its fixtures, an ID here and its lines there.
+// endpoint), each with the hosts and paths that recognise its requests and the rules that price
+// their bodies. They price with internal/provider/pricing, the toolkit they share with
+// internal/tokens (the parsed body, counting, image sizes, output defaults, Estimate and Reason),
+// and internal/provider/dialects is the one place that maps an ID to its Dialect, a request to
+// its ID and a parsed request to its room's pricing. Adding a family is adding its package, with
+// its fixtures, an ID here and its lines there.
 //
 // Everything here is a plain value or a stateless method, safe for concurrent use. It must never
 // import another package of this module: every other one may import it.

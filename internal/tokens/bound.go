@@ -1,12 +1,17 @@
 package tokens
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
+)
 
 // Upper-bound pricing: what a request costs when the pricer cannot read all of it (a body cut by
 // Envoy's max_request_bytes, one it cannot decode or parse), or when the request brings input
 // the body does not show (a stored conversation, a file, a URL, a tool server). Such a request
 // is never priced at a typical answer's default: it is priced at a bound the provider itself
-// cannot exceed, from the model's documented limits (limits.go).
+// cannot exceed, from the model's documented limits (the rooms' limits.go, through
+// dialects.ModelLimits and dialects.Maxima).
 //
 //   - Prompt: one token per byte of the body's declared size (content-length, or the bytes
 //     seen), at most the model's context window. Every token of a byte-level BPE vocabulary
@@ -88,7 +93,7 @@ func scanTop(b []byte) scan {
 						for k, name := range outputKeys {
 							if string(key) == name {
 								last[k] = -1
-								if x, ok := parseInt(numberAt(b[v:])); ok {
+								if x, ok := pricing.ParseInt(numberAt(b[v:])); ok {
 									last[k] = x
 								}
 							}
@@ -105,12 +110,12 @@ func scanTop(b []byte) scan {
 	for _, x := range last {
 		out = max(out, x)
 	}
-	return scan{output: out, n: min(max(n, bestOf), maxN), model: model}
+	return scan{output: out, n: min(max(n, bestOf), pricing.MaxChoices), model: model}
 }
 
 // scanCount reads a count (n, best_of) at the start of b: 0 when it is not a positive integer.
 func scanCount(b []byte) int64 {
-	if x, ok := parseInt(numberAt(b)); ok && x > 0 {
+	if x, ok := pricing.ParseInt(numberAt(b)); ok && x > 0 {
 		return x
 	}
 	return 0
@@ -158,37 +163,28 @@ func numberAt(b []byte) []byte {
 	return b[:j]
 }
 
-// bound records the reason an upper bound sets the price. The first such reason wins over any
-// approximation recorded before it: it is what decided the price.
-func (s *pricing) bound(r Reason) {
-	if !s.bounded {
-		s.est.Reason = r
-		s.bounded = true
-	}
-}
-
 // unreadable prices a body that cannot be read field by field at the upper bound (see the top
 // of this file). text is what was seen of it, as UTF-8 where its encoding is known; size is the
 // body's whole size in bytes (-1 when unknown) and whole whether text is all of it.
-func (s *pricing) unreadable(r Reason, text []byte, size int64, whole bool) {
-	s.bound(r)
+func (s *call) unreadable(r Reason, text []byte, size int64, whole bool) {
+	s.Bound(r)
 	sc := scanTop(text)
 	switch m := s.deploymentModel(); {
 	case m != "":
-		s.est.Model = m // the deployment decides, never the body
+		s.Est.Model = m // the deployment decides, never the body
 	case sc.model != nil:
-		s.est.Model = string(sc.model)
+		s.Est.Model = string(sc.model)
 	default:
-		s.est.Model = sniffModel(text)
+		s.Est.Model = sniffModel(text)
 	}
 	lim, known := s.limits()
 	if size >= 0 {
-		s.est.PromptTokens = min(satMul(size, tokensPerByte), lim.Context)
+		s.Est.PromptTokens = min(pricing.SatMul(size, tokensPerByte), lim.Context)
 	} else {
-		s.est.PromptTokens = lim.Context
+		s.Est.PromptTokens = lim.Context
 	}
-	if s.est.API == Embeddings {
-		s.est.OutputTokens = 0
+	if s.Est.API == Embeddings {
+		s.Est.OutputTokens = 0
 		return
 	}
 	out := lim.Output
@@ -203,23 +199,17 @@ func (s *pricing) unreadable(r Reason, text []byte, size int64, whole bool) {
 	default:
 		out = max(out, sc.output)
 	}
-	s.est.OutputTokens = satMul(out, max(sc.n, 1))
-}
-
-// unseen records input the body refers to but does not hold; price adds its bound.
-func (s *pricing) unseen(r Reason) {
-	s.bound(r)
-	s.unseenCtx = true
+	s.Est.OutputTokens = pricing.SatMul(out, max(sc.n, 1))
 }
 
 // addUnseen raises the prompt to cover the unseen context: the visible prompt plus
 // Options.UnseenContextTokens (never beyond the context window), or the model's context window.
-func (s *pricing) addUnseen() {
+func (s *call) addUnseen() {
 	lim, _ := s.limits()
-	p := s.est.PromptTokens
+	p := s.Est.PromptTokens
 	if n := s.p.opts.UnseenContextTokens; n > 0 {
-		s.est.PromptTokens = max(p, min(p+n, lim.Context))
+		s.Est.PromptTokens = max(p, min(p+n, lim.Context))
 		return
 	}
-	s.est.PromptTokens = max(p, lim.Context)
+	s.Est.PromptTokens = max(p, lim.Context)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf16"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
 
 func utf16LEBytes(s string, bom bool) []byte {
@@ -95,7 +97,7 @@ func TestUpperBounds(t *testing.T) {
 	cut := func(n int) []byte { // the first n bytes of a body that goes on
 		return []byte(prefix + strings.Repeat("a", n-len(prefix)))
 	}
-	deep := `{"model":"gpt-4o","max_tokens":20000,"n":2,"messages":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`
+	deep := `{"model":"gpt-4o","max_tokens":20000,"n":2,"messages":` + strings.Repeat("[", pricing.MaxDepth+1) + strings.Repeat("]", pricing.MaxDepth+1) + `}`
 	tests := []struct {
 		name string
 		in   *Input
@@ -239,7 +241,7 @@ func TestScanTop(t *testing.T) {
 		{`{"x":"\\","max_tokens":5}`, 5, 0, ""},                      // an escaped backslash closes
 		{`{"tools":[{"max_tokens":99}],"max_tokens":5}`, 5, 0, ""},   // nested
 		{`{"model":"gpt-4o","n":3,"best_of":5,"max_output_tokens":1e3}`, 1000, 5, "gpt-4o"},
-		{`{"n":1e9}`, -1, maxN, ""},
+		{`{"n":1e9}`, -1, pricing.MaxChoices, ""},
 		{`{"max_tokens" : 12 , "model" : "m"`, 12, 0, "m"},                                 // cut short
 		{`{"max_tokens":5,"messages":[{"content":"` + strings.Repeat(`\"`, 100), 5, 0, ""}, // unterminated string
 		{`[{"max_tokens":5}]`, -1, 0, ""},
@@ -267,13 +269,13 @@ func FuzzScanTop(f *testing.F) {
 		if d := time.Since(start); d > time.Second {
 			t.Fatalf("scan took %v for %d bytes", d, len(b))
 		}
-		var d doc
-		if bytes.IndexByte(b, '\\') >= 0 || d.parse(b) != nil || d.kind(0) != jObject {
+		var d pricing.Doc
+		if bytes.IndexByte(b, '\\') >= 0 || d.Parse(b) != nil || d.Kind(0) != pricing.Object {
 			return
 		}
 		want := int64(-1)
 		for _, k := range outputKeys {
-			if v, ok := d.int(d.get(0, k)); ok {
+			if v, ok := d.Int(d.Get(0, k)); ok {
 				want = max(want, v)
 			}
 		}
@@ -281,15 +283,15 @@ func FuzzScanTop(f *testing.F) {
 			t.Fatalf("%q: scan %d, parser %d", b, sc.output, want)
 		}
 		count := func(k string) int64 {
-			if v, ok := d.int(d.get(0, k)); ok && v > 0 {
+			if v, ok := d.Int(d.Get(0, k)); ok && v > 0 {
 				return v
 			}
 			return 0
 		}
-		if n := min(max(count("n"), count("best_of")), maxN); sc.n != n {
+		if n := min(max(count("n"), count("best_of")), pricing.MaxChoices); sc.n != n {
 			t.Fatalf("%q: scan n %d, parser %d", b, sc.n, n)
 		}
-		if m, ok := d.text(nil, d.get(0, "model")); ok && len(m) <= 256 && string(m) != string(sc.model) {
+		if m, ok := d.Text(nil, d.Get(0, "model")); ok && len(m) <= 256 && string(m) != string(sc.model) {
 			t.Fatalf("%q: scan model %q, parser %q", b, sc.model, m)
 		}
 	})
@@ -335,7 +337,7 @@ func boundSeeds() []struct{ path, body string } {
 		{"/v1/chat/completions", string(utf16LEBytes(`{"model":"gpt-4o","messages":[{"role":"user","content":"\ud800"}]}`, false))},
 		{"/v1/responses", `{"model":"gpt-4o","previous_response_id":"r","input":[{"type":"item_reference"}],"tools":[{"type":"mcp"}]}`},
 		{"/v1/messages", `{"model":"claude-3-5-haiku","mcp_servers":[1],"messages":[{"role":"user","content":[{"type":"document","source":{"type":"url"}}]}]}`},
-		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":-Infinity,"n":Infinity,` + strings.Repeat("[", maxDepth+1)},
+		{"/v1/chat/completions", `{"model":"gpt-4o","max_tokens":-Infinity,"n":Infinity,` + strings.Repeat("[", pricing.MaxDepth+1)},
 	}
 }
 

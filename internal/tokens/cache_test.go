@@ -6,37 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
-
-func TestCountCacheSlots(t *testing.T) {
-	if newCountCache(0) != nil || newCountCache(-1) != nil {
-		t.Fatal("a cache of no entries is off")
-	}
-	c := newCountCache(1000)
-	if len(c.slots) != 1024 {
-		t.Fatalf("%d slots, want 1024", len(c.slots))
-	}
-	text := []byte(strings.Repeat("cached text ", 30))
-	idx, tag := c.key(text, tiktoken.O200K)
-	if _, _, _, ok := c.get(idx, tag); ok {
-		t.Fatal("hit in an empty cache")
-	}
-	c.put(idx, tag, 12345, true, false)
-	if n, chunked, invalid, ok := c.get(idx, tag); !ok || n != 12345 || !chunked || invalid {
-		t.Fatalf("got %d %v %v %v", n, chunked, invalid, ok)
-	}
-	// Another encoding's name is another key.
-	if i2, t2 := c.key(text, tiktoken.CL100K); i2 == idx && t2 == tag {
-		t.Fatal("two encodings gave one key")
-	} else if _, _, _, ok := c.get(i2, t2); ok && i2 == idx {
-		t.Fatal("hit across encodings")
-	}
-	c.put(idx, tag, cacheCountMask+1, false, false) // too large: not stored, the old entry stays
-	if n, _, _, ok := c.get(idx, tag); !ok || n != 12345 {
-		t.Fatalf("oversized count replaced the entry: %d %v", n, ok)
-	}
-}
 
 // conversation returns a chat body (OpenAI or Anthropic) with a system prompt, turns earlier
 // messages and a last user message.
@@ -87,11 +59,11 @@ func TestCountCacheServesResentTextsOnly(t *testing.T) {
 			t.Fatalf("anthropic=%v: cached %+v, uncached %+v", anthropic, got, want)
 		}
 		poison := func(text string) {
-			idx, tag := p.cache.key([]byte(text), tiktoken.O200K)
+			enc := tiktoken.O200K
 			if anthropic {
-				idx, tag = p.cache.key([]byte(text), tiktoken.CL100K)
+				enc = tiktoken.CL100K
 			}
-			p.cache.put(idx, tag, 0, false, false)
+			p.cfg.Cache.Store([]byte(text), enc, 0)
 		}
 		poison(last)
 		if got := p.Estimate(in); got != want {
@@ -111,7 +83,7 @@ func TestCountCacheKeepsReasons(t *testing.T) {
 	plain := newPricer(t, Options{CountCache: -1})
 	for _, earlier := range []string{
 		strings.Repeat("bad \xff bytes ", 40),
-		strings.Repeat("ab", maxPiece/2+10), // one uncuttable piece, not one byte repeated
+		strings.Repeat("ab", pricing.MaxPiece/2+10), // one uncuttable piece, not one byte repeated
 	} {
 		body := conversation(false, "sys", []string{earlier, "ok"}, "last")
 		if strings.Contains(earlier, "\xff") {
@@ -161,12 +133,7 @@ func TestConversationBenchmarkSmoke(t *testing.T) {
 			t.Fatalf("body %d: cached %+v, uncached %+v", i, got, want)
 		}
 	}
-	filled := 0
-	for i := range p.cache.slots {
-		if p.cache.slots[i].Load() != 0 {
-			filled++
-		}
-	}
+	filled := p.cfg.Cache.Filled()
 	// 641 resent texts (one system prompt, 10 earlier messages per conversation); a few share a
 	// slot of the direct-mapped table (about 3 expected in 65,536 slots).
 	if filled < 620 || filled > 641 {

@@ -13,25 +13,17 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
 
 // OutputRule sets the output reservation for models matching a glob.
-type OutputRule struct {
-	// Model is a path.Match glob over the model name, e.g. "gpt-4o-mini*" or "claude-*".
-	Model string
-	// Tokens is the output reserved when the request names no maximum.
-	Tokens int64
-}
+type OutputRule = pricing.OutputRule
 
 // FactorRule sets the Anthropic estimate's multiplier for models matching a glob.
-type FactorRule struct {
-	Model  string // path.Match glob over the model name
-	Factor float64
-}
+type FactorRule = pricing.FactorRule
 
 // DefaultAnthropicFactors returns the rules used when Options.AnthropicFactors is nil: 1.6 for
 // the models that use Anthropic's earlier tokenizer (Claude 3 through Opus 4.6, Sonnet 4.6 and
@@ -70,8 +62,8 @@ type Options struct {
 	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
 	ImageTokens int64
 	// AnthropicFactors set the multiplier of the cl100k_base count of Anthropic request text
-	// per model glob (first match wins); see the package doc for the evidence. Nil means
-	// DefaultAnthropicFactors; an empty non-nil slice means none.
+	// per model glob (first match wins); internal/provider/anthropic's package doc gives the
+	// evidence. Nil means DefaultAnthropicFactors; an empty non-nil slice means none.
 	AnthropicFactors []FactorRule
 	// AnthropicFactor is the multiplier for Anthropic models no AnthropicFactors rule matches
 	// (newer and unknown models). Must be in [1, 10]. Default 2.0.
@@ -115,8 +107,6 @@ const (
 	DefaultCountCache   = 1 << 16
 	// DefaultRequestBufferBytes is the max_request_bytes of the shipped envoy.yaml.
 	DefaultRequestBufferBytes = 1 << 20
-	completionsMaxTokens      = 16 // the /v1/completions API's own default max_tokens
-	maxN                      = 128
 )
 
 // Pricer prices requests. It is immutable after New and safe for concurrent use.
@@ -127,17 +117,16 @@ type Pricer struct {
 	fallback  *tiktoken.Encoding
 	cl100k    *tiktoken.Encoding
 	o200k     *tiktoken.Encoding
-	cache     *countCache // nil when off
-	work      sync.Pool   // *work
+	// cfg is what the rooms read of opts.
+	cfg  pricing.Config
+	work sync.Pool // *work
 }
 
 // work is the per-call scratch, pooled.
 type work struct {
-	doc     doc
-	buf     []byte // unescaped strings
-	decoded []byte // decompressed body
-	img     []byte // decoded image headers
-	text    []byte // a UTF-16 or UTF-32 body as UTF-8
+	sc      pricing.Scratch // the parsed body and its decoded strings
+	decoded []byte          // decompressed body
+	text    []byte          // a UTF-16 or UTF-32 body as UTF-8
 	gz      *gzip.Reader
 }
 
@@ -245,7 +234,18 @@ func New(opts Options) (*Pricer, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	p.cache = newCountCache(opts.CountCache)
+	p.cfg = pricing.Config{
+		DefaultOutputTokens:  opts.DefaultOutputTokens,
+		OutputRules:          opts.OutputRules,
+		ImageTokens:          opts.ImageTokens,
+		AnthropicFactors:     opts.AnthropicFactors,
+		AnthropicFactor:      opts.AnthropicFactor,
+		AnthropicImageTokens: opts.AnthropicImageTokens,
+		Cache:                pricing.NewCache(opts.CountCache),
+		CL100K:               p.cl100k,
+		O200K:                p.o200k,
+		Fallback:             p.fallback,
+	}
 	p.azureFold = make(map[string]string, len(opts.AzureDeployments))
 	for name, model := range opts.AzureDeployments {
 		p.azureFold[strings.ToLower(name)] = model
@@ -277,45 +277,34 @@ func (p *Pricer) estimate(in *Input, noCount bool) (est Estimate) {
 		}
 		p.work.Put(w)
 	}()
-	s := pricing{p: p, w: w, noCount: noCount}
+	counting := pricing.Tokenize
 	if noCount {
-		s.est.Reason = ReasonDeadline
+		counting = pricing.ByLength
 	}
-	s.est.Provider, s.est.API, s.deployment = dialects.Recognize(in.Host, in.Path)
+	s := call{Request: pricing.NewRequest(&p.cfg, &w.sc, counting), p: p, w: w}
+	if noCount {
+		s.Est.Reason = ReasonDeadline
+	}
+	s.Est.Provider, s.Est.API, s.deployment = dialects.Recognize(in.Host, in.Path)
 	s.price(in)
-	s.est.Exact = s.est.Reason == ""
-	s.est.PromptTokens = max(s.est.PromptTokens, 0)
-	s.est.OutputTokens = max(s.est.OutputTokens, 0)
-	return s.est
+	s.Est.Exact = s.Est.Reason == ""
+	s.Est.PromptTokens = max(s.Est.PromptTokens, 0)
+	s.Est.OutputTokens = max(s.Est.OutputTokens, 0)
+	return s.Est
 }
 
-// pricing is the state of one Estimate call.
-type pricing struct {
+// call is the state of one Estimate call: the rooms' pricing.Request, and what only this
+// package reads (the scratch of decoding, the Azure deployment).
+type call struct {
+	pricing.Request
 	p          *Pricer
 	w          *work
-	d          *doc
-	enc        *tiktoken.Encoding
-	est        Estimate
 	deployment string
-	// resent is set while counting what clients send again on later requests (system prompts,
-	// tools, earlier messages): those counts go through the Pricer's countCache.
-	resent bool
-	// noCount is set by Bound: every text costs its length in bytes instead of being counted.
-	noCount bool
-	// bounded is set once an upper bound decides the price (its reason is Estimate.Reason);
-	// unseenCtx when the request brings input its body does not show.
-	bounded, unseenCtx bool
 }
 
-func (s *pricing) approx(r Reason) {
-	if s.est.Reason == "" {
-		s.est.Reason = r
-	}
-}
-
-func (s *pricing) price(in *Input) {
+func (s *call) price(in *Input) {
 	size, partial := s.extent(in)
-	if s.est.API == UnknownAPI {
+	if s.Est.API == UnknownAPI {
 		s.unknownAPI(in, size, partial)
 		return
 	}
@@ -357,45 +346,25 @@ func (s *pricing) price(in *Input) {
 
 // parsed prices a whole body that is text: field by field when it parses as a JSON object,
 // else at the upper bound. size is its size in bytes as the bound counts them.
-func (s *pricing) parsed(body []byte, size int64) {
-	s.d = &s.w.doc
-	if err := s.d.parse(body); err != nil || s.d.kind(0) != jObject {
+func (s *call) parsed(body []byte, size int64) {
+	if err := s.Doc.Parse(body); err != nil || s.Doc.Kind(0) != pricing.Object {
 		s.unreadable(ReasonNotJSON, body, size, true)
 		return
 	}
 	root := 0
-	if s.est.Model = s.deploymentModel(); s.est.Model == "" {
-		model := s.d.get(root, "model")
-		if m, ok := s.d.text(nil, model); ok {
-			s.est.Model = string(m)
-		} else if model >= 0 && s.d.kind(model) != jNull {
-			s.approx(ReasonWrongType)
+	if s.Est.Model = s.deploymentModel(); s.Est.Model == "" {
+		model := s.Doc.Get(root, "model")
+		if m, ok := s.Doc.Text(nil, model); ok {
+			s.Est.Model = string(m)
+		} else if model >= 0 && s.Doc.Kind(model) != pricing.Null {
+			s.Approx(ReasonWrongType)
 		}
 	}
-	if st := s.d.get(root, "stream"); s.d.kind(st) == jBool {
-		s.est.Stream = s.d.raw(st)[0] == 't'
+	if st := s.Doc.Get(root, "stream"); s.Doc.Kind(st) == pricing.Bool {
+		s.Est.Stream = s.Doc.Raw(st)[0] == 't'
 	}
-	if s.est.Provider == Anthropic {
-		s.enc = s.p.cl100k
-		if s.est.API == ChatCompletions {
-			s.anthropicChat(root) // Anthropic's OpenAI-compatible endpoint
-		} else {
-			s.anthropic(root)
-		}
-	} else {
-		s.chooseEncoder(s.est.Model)
-		switch s.est.API {
-		case ChatCompletions:
-			s.chat(root)
-		case Completions:
-			s.completions(root)
-		case Embeddings:
-			s.embeddings(root)
-		case Responses:
-			s.responses(root)
-		}
-	}
-	if s.unseenCtx {
+	dialects.Price(&s.Request, root)
+	if s.HasUnseen() {
 		s.addUnseen()
 	}
 }
@@ -403,12 +372,11 @@ func (s *pricing) parsed(body []byte, size int64) {
 // plainOrBound prices a body whose content-encoding cannot be decoded: as plain JSON when it is
 // (the provider can only have ignored the header), else at the upper bound of an unknown size.
 // Either way it costs at least its plain reading.
-func (s *pricing) plainOrBound(r Reason, body []byte, partial bool) {
-	s.bound(r)
+func (s *call) plainOrBound(r Reason, body []byte, partial bool) {
+	s.Bound(r)
 	text := s.utf8(body)
 	if !partial && int64(len(text)) <= s.p.opts.MaxBodyBytes {
-		d := &s.w.doc
-		if d.parse(text) == nil && d.kind(0) == jObject {
+		if s.Doc.Parse(text) == nil && s.Doc.Kind(0) == pricing.Object {
 			s.parsed(text, int64(len(body)))
 			return
 		}
@@ -420,7 +388,7 @@ func (s *pricing) plainOrBound(r Reason, body []byte, partial bool) {
 // part: shorter than its content-length, marked partial by Envoy, or, without a
 // content-length, as long as Envoy's buffer (Envoy then reports a body cut at exactly
 // max_request_bytes as complete).
-func (s *pricing) extent(in *Input) (size int64, partial bool) {
+func (s *call) extent(in *Input) (size int64, partial bool) {
 	n := int64(len(in.Body))
 	if in.NoContentLength {
 		if in.Partial || in.ContentLength > n || n >= s.p.opts.RequestBufferBytes {
@@ -438,7 +406,7 @@ func (s *pricing) extent(in *Input) (size int64, partial bool) {
 }
 
 // utf8 returns body as UTF-8 (asUTF8), in the call's scratch.
-func (s *pricing) utf8(body []byte) []byte {
+func (s *call) utf8(body []byte) []byte {
 	text, grown := asUTF8(body, s.w.text)
 	s.w.text = grown[:0]
 	return text
@@ -446,7 +414,7 @@ func (s *pricing) utf8(body []byte) []byte {
 
 // textSize is the size the bound counts for a body of size bytes: 1.5 times it for UTF-16,
 // whose 2-byte units can become 3 bytes of UTF-8.
-func (s *pricing) textSize(body []byte, size int64) int64 {
+func (s *call) textSize(body []byte, size int64) int64 {
 	if size < 0 {
 		return size
 	}
@@ -458,10 +426,14 @@ func (s *pricing) textSize(body []byte, size int64) int64 {
 
 // unknownAPI prices a path that is not one of the priced APIs: its raw body counted as text
 // (a prefix scaled to the declared size), no output.
-func (s *pricing) unknownAPI(in *Input, size int64, partial bool) {
-	s.approx(ReasonUnknownAPI)
+func (s *call) unknownAPI(in *Input, size int64, partial bool) {
+	s.Approx(ReasonUnknownAPI)
 	body := in.Body[:min(int64(len(in.Body)), s.p.opts.MaxBodyBytes)]
-	s.chooseEncoder(sniffModel(body))
+	enc, known := s.p.cfg.Encoding(sniffModel(body))
+	s.SetEncoding(enc)
+	if !known {
+		s.Approx(ReasonUnknownModel)
+	}
 	scale := 1.0
 	switch {
 	case size > int64(len(body)) && len(body) > 0:
@@ -469,7 +441,7 @@ func (s *pricing) unknownAPI(in *Input, size int64, partial bool) {
 	case partial:
 		scale = 2 // total size unknown: assume at least twice what was received
 	}
-	s.est.PromptTokens = scaled(s.count(body), scale)
+	s.Est.PromptTokens = scaled(s.Count(body), scale)
 }
 
 // deploymentModel is the model of an Azure deployment path: the deployment's model in
@@ -483,7 +455,7 @@ func (s *pricing) unknownAPI(in *Input, size int64, partial bool) {
 // A spelling that reaches the same deployment reaches the same model: the name is
 // percent-decoded (%70rod is prod) and looked up regardless of ASCII case. Both cost only the
 // requests that use them.
-func (s *pricing) deploymentModel() string {
+func (s *call) deploymentModel() string {
 	d := s.deployment
 	if d == "" {
 		return ""
@@ -519,31 +491,13 @@ func (s *pricing) deploymentModel() string {
 // stack); longer names are looked up as they are sent.
 const maxFoldedName = 128
 
-// chooseEncoder picks the model's encoding, or the fallback (approximate).
-func (s *pricing) chooseEncoder(model string) {
-	switch tiktoken.EncodingForModel(model) {
-	case tiktoken.O200K:
-		s.enc = s.p.o200k
-	case tiktoken.CL100K:
-		s.enc = s.p.cl100k
-	default:
-		s.enc = s.p.fallback
-		if s.est.Provider != Anthropic {
-			s.approx(ReasonUnknownModel)
-		}
-	}
-	if s.est.Provider == Anthropic {
-		s.enc = s.p.cl100k
-	}
-}
-
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.
 var errDecodeLimit = errors.New("decoded body too large")
 
 // decode decompresses body into pooled memory, stopping at MaxDecodedBytes. It returns what was
 // decoded, how many compressed bytes produced it, and an error when the stream is corrupt,
 // truncated or too large.
-func (s *pricing) decode(enc string, body []byte) ([]byte, int, error) {
+func (s *call) decode(enc string, body []byte) ([]byte, int, error) {
 	src := &countingReader{r: bytes.NewReader(body)}
 	var r io.Reader
 	var err error
@@ -635,114 +589,4 @@ func sniffModel(body []byte) string {
 		return ""
 	}
 	return string(rest[1 : 1+end])
-}
-
-// maxPiece bounds the scratch memory of one Estimate: a run longer than this that cannot be
-// cut (one character repeated) is counted in chunks (ReasonLongRun). 256 KiB of run needs
-// about 10 MiB of scratch.
-const maxPiece = 256 << 10
-
-// count counts raw bytes as text, through the count cache for resent text.
-func (s *pricing) count(b []byte) int64 {
-	if s.noCount {
-		return int64(len(b)) // see Bound
-	}
-	c := s.p.cache
-	if !s.resent || c == nil || len(b) < minCached {
-		n, chunked := s.enc.CountBounded(b, maxPiece)
-		s.flags(chunked, !utf8.Valid(b))
-		return int64(n)
-	}
-	idx, tag := c.key(b, s.enc.Name())
-	n, chunked, invalid, ok := c.get(idx, tag)
-	if !ok {
-		n, chunked = s.enc.CountBounded(b, maxPiece)
-		invalid = !utf8.Valid(b)
-		c.put(idx, tag, n, chunked, invalid)
-	}
-	s.flags(chunked, invalid)
-	return int64(n)
-}
-
-// flags records what made a count approximate.
-func (s *pricing) flags(chunked, invalid bool) {
-	if invalid {
-		s.approx(ReasonInvalidUTF8)
-	}
-	if chunked {
-		s.approx(ReasonLongRun)
-	}
-}
-
-// countText counts the decoded string value i (0 if it is not a string).
-func (s *pricing) countText(i int) int64 {
-	t, ok := s.d.text(s.w.buf, i)
-	if !ok {
-		return 0
-	}
-	if s.d.nodes[i].escaped {
-		s.w.buf = t[:0] // keep the grown buffer
-	}
-	return s.count(t)
-}
-
-// countRaw counts the JSON text of value i.
-func (s *pricing) countRaw(i int) int64 {
-	if i < 0 {
-		return 0
-	}
-	return s.count(s.d.raw(i))
-}
-
-// defaultOutput is the output reservation when the request names none.
-func (s *pricing) defaultOutput() int64 {
-	if s.est.API == Embeddings || (s.est.API == UnknownAPI) {
-		return 0
-	}
-	for _, r := range s.p.opts.OutputRules {
-		if ok, _ := path.Match(r.Model, s.est.Model); ok {
-			return r.Tokens
-		}
-	}
-	return s.p.opts.DefaultOutputTokens
-}
-
-// maxOutput reads the first present key of keys as the output maximum.
-func (s *pricing) maxOutput(root int, def int64, keys ...string) int64 {
-	for _, k := range keys {
-		i := s.d.get(root, k)
-		if i < 0 || s.d.kind(i) == jNull {
-			continue
-		}
-		if v, ok := s.d.int(i); ok {
-			return v
-		}
-		s.approx(ReasonWrongType)
-		break
-	}
-	return def
-}
-
-// choices reads "n" (default 1, at most 128).
-func (s *pricing) choices(root int, key string) int64 {
-	i := s.d.get(root, key)
-	if i < 0 || s.d.kind(i) == jNull {
-		return 1
-	}
-	v, ok := s.d.int(i)
-	if !ok || v < 1 {
-		s.approx(ReasonWrongType)
-		return 1
-	}
-	return min(v, maxN)
-}
-
-func satMul(a, b int64) int64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	if a > (1<<50)/b {
-		return 1 << 50
-	}
-	return a * b
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
 
 // englishProse returns n bytes of English prose: the GNU and Apache licence texts in the
@@ -99,11 +101,11 @@ type chatRequest struct {
 func BenchmarkParse(b *testing.B) {
 	body := []byte(chatBody(b, englishProse(b, 100<<10)))
 	b.Run("tape", func(b *testing.B) {
-		var d doc
+		var d pricing.Doc
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := d.parse(body); err != nil {
+			if err := d.Parse(body); err != nil {
 				b.Fatal(err)
 			}
 		}

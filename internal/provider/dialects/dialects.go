@@ -4,6 +4,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
 
 // Of is the dialect of id. A provider with no room of its own (Unknown: an OpenAI-compatible
@@ -20,3 +21,28 @@ func Of(id provider.ID) provider.Dialect {
 
 // Named is the dialect of the provider named name (provider.ID.String, as in a reservation's tag).
 func Named(name string) provider.Dialect { return Of(provider.Parse(name)) }
+
+// Price prices the parsed body of a request in the room of its provider (r.Est.Provider and
+// r.Est.API, as Recognize returns them), from the object root. A provider with no room of its
+// own is priced by OpenAI's rules. It allocates nothing.
+func Price(r *pricing.Request, root int) {
+	switch r.Est.Provider {
+	case provider.Anthropic:
+		anthropic.Price(r, root)
+	default:
+		openai.Price(r, root)
+	}
+}
+
+// ModelLimits returns a copy of the rooms' per-model tables, each family's in its order (their
+// globs name no model of another family).
+func ModelLimits() []pricing.ModelLimits { return append(openai.Limits(), anthropic.Limits()...) }
+
+// Maxima is the largest context and output of the family of id, for models its table does not
+// know. A provider with no room of its own gets OpenAI's family's. It allocates nothing.
+func Maxima(id provider.ID) pricing.ModelLimits {
+	if id == provider.Anthropic {
+		return pricing.ModelLimits{Context: anthropic.MaxContext, Output: anthropic.MaxOutput}
+	}
+	return pricing.ModelLimits{Context: openai.MaxContext, Output: openai.MaxOutput}
+}

@@ -1,4 +1,4 @@
-package tokens
+package pricing
 
 import (
 	"math/rand/v2"
@@ -70,7 +70,7 @@ func TestStringScan(t *testing.T) {
 				src[k] = 'x'
 			}
 		}
-		d := &doc{}
+		d := &Doc{}
 		p := parser{d: d, src: src}
 		end, err := p.str(0)
 		wantEnd, wantEscaped, ok := strRef(src, 0)

@@ -1,4 +1,4 @@
-package tokens
+package pricing
 
 import (
 	"bytes"
@@ -13,43 +13,49 @@ import (
 // strings it counts. The tape is pooled, so a parse allocates nothing in the steady state.
 // It validates syntax and bounds nesting depth, so hostile bodies cost linear time and bounded
 // stack. It accepts at least what the providers' parsers accept, since a body the provider reads
-// but the pricer cannot is priced at an upper bound (unreadable.go), not field by field: the
+// but the pricer cannot is priced at an upper bound (internal/tokens/bound.go), not field by field: the
 // OpenAI and Anthropic APIs are served from Python, whose json.loads (docs.python.org/3/library/
 // json.html) takes NaN, Infinity and -Infinity as numbers, bytes in UTF-8 (with or without a BOM),
 // UTF-16 or UTF-32 (json.detect_encoding), duplicate keys with the last one winning, and nesting
 // up to the interpreter's recursion limit (1000 frames by default). Keys are compared
 // case-sensitively, as Python's dicts do.
 
-type jkind uint8
+// Kind is the kind of a JSON value.
+type Kind uint8
 
+// The kinds of JSON values.
 const (
-	jNull jkind = iota
-	jBool
-	jNumber
-	jString
-	jArray
-	jObject
+	Null Kind = iota
+	Bool
+	Number
+	String
+	Array
+	Object
 )
 
 // jnode is one JSON value (or object key). For strings [start, end) is the text between the
 // quotes; for other values the whole value. next is the index of the node after this value's
 // subtree, so siblings are reached without walking children.
 type jnode struct {
-	kind       jkind
+	kind       Kind
 	escaped    bool // string contains backslash escapes
 	start, end int32
 	next       int32
 }
 
-type doc struct {
+// Doc is a parsed JSON body: a tape of nodes indexed from 0 (the root), each value's index an
+// int, -1 for no value (every method takes -1 and answers as for an absent value). It is
+// scratch memory for one request at a time: not safe for concurrent use; reuse it to parse
+// without allocating.
+type Doc struct {
 	src   []byte
 	nodes []jnode
 }
 
-// maxDepth bounds JSON nesting: above Python's default recursion limit (1000), so that a
+// MaxDepth bounds JSON nesting: above Python's default recursion limit (1000), so that a
 // deep tool schema the provider accepts is read here too, and as deep as Go's encoding/json.
 // The parser recurses once per level: 10,000 levels are about 2 MiB of goroutine stack.
-const maxDepth = 10_000
+const MaxDepth = 10_000
 
 var (
 	errSyntax = errors.New("invalid JSON")
@@ -57,8 +63,8 @@ var (
 	errSize   = errors.New("JSON too large")
 )
 
-// parse fills d from src. The root is node 0.
-func (d *doc) parse(src []byte) error {
+// Parse fills d from src. The root is node 0.
+func (d *Doc) Parse(src []byte) error {
 	if len(src) >= 1<<31-1 {
 		return errSize
 	}
@@ -76,7 +82,7 @@ func (d *doc) parse(src []byte) error {
 }
 
 type parser struct {
-	d   *doc
+	d   *Doc
 	src []byte
 }
 
@@ -104,17 +110,17 @@ func (p *parser) value(i, depth int) (int, error) {
 	}
 	switch c := p.src[i]; c {
 	case '{', '[':
-		if depth >= maxDepth {
+		if depth >= MaxDepth {
 			return 0, errDepth
 		}
-		kind := jArray
+		kind := Array
 		if c == '{' {
-			kind = jObject
+			kind = Object
 		}
 		self := p.add(jnode{kind: kind, start: int32(i)})
 		i = p.skip(i + 1)
 		closer := byte(']')
-		if kind == jObject {
+		if kind == Object {
 			closer = '}'
 		}
 		if i < len(p.src) && p.src[i] == closer {
@@ -122,7 +128,7 @@ func (p *parser) value(i, depth int) (int, error) {
 		} else {
 			for {
 				var err error
-				if kind == jObject {
+				if kind == Object {
 					if i >= len(p.src) || p.src[i] != '"' {
 						return 0, errSyntax
 					}
@@ -160,18 +166,18 @@ func (p *parser) value(i, depth int) (int, error) {
 	case '"':
 		return p.str(i)
 	case 't':
-		return p.lit(i, "true", jBool)
+		return p.lit(i, "true", Bool)
 	case 'f':
-		return p.lit(i, "false", jBool)
+		return p.lit(i, "false", Bool)
 	case 'n':
-		return p.lit(i, "null", jNull)
+		return p.lit(i, "null", Null)
 	case 'N':
-		return p.lit(i, "NaN", jNumber) // Python's json.loads accepts it (parse_constant)
+		return p.lit(i, "NaN", Number) // Python's json.loads accepts it (parse_constant)
 	case 'I':
-		return p.lit(i, "Infinity", jNumber)
+		return p.lit(i, "Infinity", Number)
 	default:
 		if c == '-' && i+1 < len(p.src) && p.src[i+1] == 'I' {
-			return p.lit(i, "-Infinity", jNumber)
+			return p.lit(i, "-Infinity", Number)
 		}
 		if c == '-' || (c >= '0' && c <= '9') {
 			j := i + 1
@@ -183,14 +189,14 @@ func (p *parser) value(i, depth int) (int, error) {
 				}
 				break
 			}
-			p.add(jnode{kind: jNumber, start: int32(i), end: int32(j), next: int32(len(p.d.nodes) + 1)})
+			p.add(jnode{kind: Number, start: int32(i), end: int32(j), next: int32(len(p.d.nodes) + 1)})
 			return j, nil
 		}
 	}
 	return 0, errSyntax
 }
 
-func (p *parser) lit(i int, word string, kind jkind) (int, error) {
+func (p *parser) lit(i int, word string, kind Kind) (int, error) {
 	if len(p.src)-i < len(word) || string(p.src[i:i+len(word)]) != word {
 		return 0, errSyntax
 	}
@@ -220,7 +226,7 @@ func (p *parser) str(i int) (int, error) {
 			if hasControl(src[j:quote]) {
 				return 0, errSyntax
 			}
-			p.add(jnode{kind: jString, escaped: escaped, start: int32(i + 1), end: int32(quote), next: int32(len(p.d.nodes) + 1)})
+			p.add(jnode{kind: String, escaped: escaped, start: int32(i + 1), end: int32(quote), next: int32(len(p.d.nodes) + 1)})
 			return quote + 1, nil
 		}
 		if hasControl(src[j : j+bs]) {
@@ -267,16 +273,16 @@ func hasControl(b []byte) bool {
 	return (acc|under(last))&highBits != 0
 }
 
-// get returns the value of key in object node obj (the last one if repeated, as Python's json
+// Get returns the value of key in object node obj (the last one if repeated, as Python's json
 // does), or -1.
-func (d *doc) get(obj int, key string) int {
-	if obj < 0 || d.nodes[obj].kind != jObject {
+func (d *Doc) Get(obj int, key string) int {
+	if obj < 0 || d.nodes[obj].kind != Object {
 		return -1
 	}
 	found := -1
 	for k := obj + 1; k < int(d.nodes[obj].next); {
 		v := k + 1
-		if d.keyIs(k, key) {
+		if d.KeyIs(k, key) {
 			found = v
 		}
 		k = int(d.nodes[v].next)
@@ -284,7 +290,8 @@ func (d *doc) get(obj int, key string) int {
 	return found
 }
 
-func (d *doc) keyIs(k int, key string) bool {
+// KeyIs reports whether object key k is key.
+func (d *Doc) KeyIs(k int, key string) bool {
 	n := d.nodes[k]
 	if !n.escaped {
 		return string(d.src[n.start:n.end]) == key
@@ -293,21 +300,21 @@ func (d *doc) keyIs(k int, key string) bool {
 	return string(d.unescape(buf[:0], k)) == key
 }
 
-// children calls f for each element of an array, or for each (key, value) of an object (key is
+// Children calls f for each element of an array, or for each (key, value) of an object (key is
 // -1 for arrays), until f returns false.
-func (d *doc) children(i int, f func(key, val int) bool) {
+func (d *Doc) Children(i int, f func(key, val int) bool) {
 	if i < 0 {
 		return
 	}
 	n := d.nodes[i]
 	switch n.kind {
-	case jArray:
+	case Array:
 		for c := i + 1; c < int(n.next); c = int(d.nodes[c].next) {
 			if !f(-1, c) {
 				return
 			}
 		}
-	case jObject:
+	case Object:
 		for k := i + 1; k < int(n.next); {
 			v := k + 1
 			if !f(k, v) {
@@ -318,43 +325,44 @@ func (d *doc) children(i int, f func(key, val int) bool) {
 	}
 }
 
-// elems calls f for each element of array i (nothing when i is not an array).
-func (d *doc) elems(i int, f func(val int) bool) {
-	if d.kind(i) != jArray {
+// Elems calls f for each element of array i (nothing when i is not an array).
+func (d *Doc) Elems(i int, f func(val int) bool) {
+	if d.Kind(i) != Array {
 		return
 	}
-	d.children(i, func(_, v int) bool { return f(v) })
+	d.Children(i, func(_, v int) bool { return f(v) })
 }
 
-func (d *doc) kind(i int) jkind {
+// Kind is the kind of value i (Null for no value).
+func (d *Doc) Kind(i int) Kind {
 	if i < 0 {
-		return jNull
+		return Null
 	}
 	return d.nodes[i].kind
 }
 
-// end returns the index of the node after value i and its children (-1 for no value): two
+// End returns the index of the node after value i and its children (-1 for no value): two
 // elements of one array are the last one when they end where the array does.
-func (d *doc) end(i int) int32 {
+func (d *Doc) End(i int) int32 {
 	if i < 0 {
 		return -1
 	}
 	return d.nodes[i].next
 }
 
-// raw returns the bytes of value i as they appear in the body.
-func (d *doc) raw(i int) []byte {
+// Raw returns the bytes of value i as they appear in the body.
+func (d *Doc) Raw(i int) []byte {
 	n := d.nodes[i]
-	if n.kind == jString {
+	if n.kind == String {
 		return d.src[n.start-1 : n.end+1]
 	}
 	return d.src[n.start:n.end]
 }
 
-// text returns the decoded string value i, using buf when it has escapes. ok is false for a
+// Text returns the decoded string value i, using buf when it has escapes. ok is false for a
 // value that is not a string.
-func (d *doc) text(buf []byte, i int) (s []byte, ok bool) {
-	if i < 0 || d.nodes[i].kind != jString {
+func (d *Doc) Text(buf []byte, i int) (s []byte, ok bool) {
+	if i < 0 || d.nodes[i].kind != String {
 		return nil, false
 	}
 	n := d.nodes[i]
@@ -364,14 +372,34 @@ func (d *doc) text(buf []byte, i int) (s []byte, ok bool) {
 	return d.unescape(buf[:0], i), true
 }
 
-func (d *doc) textIs(i int, want string) bool {
+// TextIs reports whether value i is the string want.
+func (d *Doc) TextIs(i int, want string) bool {
 	var buf [64]byte
-	s, ok := d.text(buf[:0], i)
+	s, ok := d.Text(buf[:0], i)
 	return ok && string(s) == want
 }
 
+// Escaped reports whether string value i has backslash escapes (Text then decodes into buf).
+func (d *Doc) Escaped(i int) bool { return i >= 0 && d.nodes[i].escaped }
+
+// NonEmpty reports whether value i is an array or object with an element, or a string with a
+// character.
+func (d *Doc) NonEmpty(i int) bool {
+	if i < 0 {
+		return false
+	}
+	n := d.nodes[i]
+	switch n.kind {
+	case Array, Object:
+		return n.next != int32(i+1)
+	case String:
+		return n.end > n.start
+	}
+	return false
+}
+
 // unescape appends the decoded string i to buf. Invalid escapes decode to U+FFFD.
-func (d *doc) unescape(buf []byte, i int) []byte {
+func (d *Doc) unescape(buf []byte, i int) []byte {
 	n := d.nodes[i]
 	s := d.src[n.start:n.end]
 	for j := 0; j < len(s); j++ {
@@ -440,18 +468,18 @@ func hex4(s []byte) (rune, int) {
 	return r, 4
 }
 
-// int returns integer value i (a JSON number with an integral value, e.g. 100 or 1e3), clamped
+// Int returns integer value i (a JSON number with an integral value, e.g. 100 or 1e3), clamped
 // to [0, 1<<40]. ok is false when the value is not a number or not integral.
-func (d *doc) int(i int) (int64, bool) {
-	if i < 0 || d.nodes[i].kind != jNumber {
+func (d *Doc) Int(i int) (int64, bool) {
+	if i < 0 || d.nodes[i].kind != Number {
 		return 0, false
 	}
-	return parseInt(d.raw(i))
+	return ParseInt(d.Raw(i))
 }
 
-// parseInt reads the JSON number s as doc.int does: ok only for an integral value, clamped to
+// ParseInt reads the JSON number s as Doc.Int does: ok only for an integral value, clamped to
 // [0, 1<<40].
-func parseInt(s []byte) (int64, bool) {
+func ParseInt(s []byte) (int64, bool) {
 	if len(s) == 0 {
 		return 0, false
 	}

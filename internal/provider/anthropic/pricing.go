@@ -1,0 +1,171 @@
+package anthropic
+
+import (
+	"math"
+	"path"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
+)
+
+// Anthropic pricing: an estimate, see the package doc for its evidence. Text is counted with
+// cl100k_base; the count plus per-message and per-block overheads is multiplied by the model's
+// factor (tokens.Options.AnthropicFactors, AnthropicFactor).
+// Images use Anthropic's published size formula; tool definitions add the tool-use system
+// prompt Anthropic documents.
+const (
+	anthropicBase        = 10  // conversation wrapper
+	anthropicPerMessage  = 5   // role markers
+	anthropicPerBlock    = 3   // content block framing
+	anthropicToolsSystem = 530 // the largest tool-use system prompt in Anthropic's published table
+)
+
+// Price prices the parsed body of a request to the family, from the object root: the Messages
+// API, or the OpenAI-compatible endpoint's chat body. It counts in cl100k_base whatever the
+// model, sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate.
+// It allocates nothing.
+func Price(s *pricing.Request, root int) {
+	s.SetEncoding(s.Config().CL100K)
+	if s.Est.API == provider.ChatCompletions {
+		compatChat(s, root)
+		return
+	}
+	messages(s, root)
+}
+
+// messages prices a Messages API body.
+func messages(s *pricing.Request, root int) {
+	s.Approx(pricing.ReasonAnthropicEstimate)
+	var text, images int64 = anthropicBase, 0
+	var blocks func(v int)
+	blocks = func(v int) {
+		switch s.Doc.Kind(v) {
+		case pricing.String:
+			text += s.CountText(v)
+			return
+		case pricing.Array:
+		default:
+			if v >= 0 && s.Doc.Kind(v) != pricing.Null {
+				s.Approx(pricing.ReasonWrongType)
+				text += s.CountRaw(v)
+			}
+			return
+		}
+		s.Doc.Children(v, func(_, b int) bool {
+			text += anthropicPerBlock
+			typ := s.Doc.Get(b, "type")
+			switch {
+			case s.Doc.TextIs(typ, "text"):
+				text += s.CountText(s.Doc.Get(b, "text"))
+			case s.Doc.TextIs(typ, "thinking"):
+				text += s.CountText(s.Doc.Get(b, "thinking"))
+			case s.Doc.TextIs(typ, "image"):
+				images += image(s, s.Doc.Get(b, "source"))
+			case s.Doc.TextIs(typ, "tool_result"):
+				text += s.CountText(s.Doc.Get(b, "tool_use_id"))
+				blocks(s.Doc.Get(b, "content")) // a string or blocks; nesting is bounded by the parser
+			case s.Doc.TextIs(typ, "tool_use"):
+				text += s.CountText(s.Doc.Get(b, "name")) + s.CountRaw(s.Doc.Get(b, "input"))
+			case s.Doc.TextIs(typ, "document"):
+				// A PDF is read as each page's text and image (docs.anthropic.com/en/docs/
+				// build-with-claude/pdf-support), which its bytes do not tell; a URL or a
+				// file id is fetched by Anthropic. Plain-text documents are counted.
+				switch src := s.Doc.Get(b, "source"); {
+				case s.Doc.TextIs(s.Doc.Get(src, "type"), "url"):
+					s.Unseen(pricing.ReasonDocumentURL)
+				case s.Doc.TextIs(s.Doc.Get(src, "type"), "file"),
+					s.Doc.TextIs(s.Doc.Get(src, "media_type"), "application/pdf"):
+					s.Unseen(pricing.ReasonFileInput)
+				}
+				s.Approx(pricing.ReasonUnpricedPart)
+				text += s.CountRaw(b)
+			case s.Doc.TextIs(typ, "container_upload"):
+				s.Unseen(pricing.ReasonContainerUpload) // a file uploaded into the code execution container
+				text += s.CountRaw(b)
+			default: // redacted_thinking, search results, ...
+				s.Approx(pricing.ReasonUnpricedPart)
+				text += s.CountRaw(b)
+			}
+			return true
+		})
+	}
+	// Remote MCP servers (docs.anthropic.com/en/docs/agents-and-tools/mcp-connector): their
+	// tool definitions and results enter the context without appearing in the body.
+	if v := s.Doc.Get(root, "mcp_servers"); s.Doc.Kind(v) == pricing.Array && s.Doc.NonEmpty(v) {
+		s.Unseen(pricing.ReasonMCPServers)
+	}
+	s.Resent = true // the system prompt comes with every request
+	blocks(s.Doc.Get(root, "system"))
+	s.Resent = false
+	msgs := s.Doc.Get(root, "messages")
+	if s.Doc.Kind(msgs) != pricing.Array {
+		s.Approx(pricing.ReasonWrongType)
+		text += s.CountRaw(msgs)
+	}
+	end := s.Doc.End(msgs)
+	s.Doc.Elems(msgs, func(m int) bool {
+		s.Resent = s.Doc.End(m) != end // every message but the last was sent before
+		text += anthropicPerMessage
+		if s.Doc.Kind(m) != pricing.Object {
+			text += s.CountRaw(m)
+			return true
+		}
+		blocks(s.Doc.Get(m, "content"))
+		return true
+	})
+	s.Resent = true
+	if t := s.Doc.Get(root, "tools"); s.Doc.Kind(t) == pricing.Array && s.Doc.NonEmpty(t) {
+		text += anthropicToolsSystem + s.CountRaw(t)
+	}
+	s.Resent = false
+	s.Est.PromptTokens = int64(math.Ceil(float64(text)*factor(s))) + images
+	s.Est.OutputTokens = s.MaxOutput(root, s.DefaultOutput(), "max_tokens")
+}
+
+// image prices an image block's source: by its size when its base64 data tells it, else at
+// Config.AnthropicImageTokens.
+func image(s *pricing.Request, src int) int64 {
+	if s.Doc.TextIs(s.Doc.Get(src, "type"), "base64") {
+		if w, h, ok := s.Base64ImageSize(s.Doc.Get(src, "data")); ok {
+			return imageTokens(w, h, s.Config().AnthropicImageTokens)
+		}
+	}
+	return s.Config().AnthropicImageTokens
+}
+
+// factor is the multiplier for the request's model.
+func factor(s *pricing.Request) float64 {
+	for _, r := range s.Config().AnthropicFactors {
+		if ok, _ := path.Match(r.Model, s.Est.Model); ok {
+			return r.Factor
+		}
+	}
+	return s.Config().AnthropicFactor
+}
+
+// compatChat prices a body sent to Anthropic's OpenAI-compatible endpoint
+// (/v1/chat/completions on api.anthropic.com). It is read as OpenAI's chat body and counted as
+// Anthropic text: Anthropic turns it into a Messages request (system and developer messages
+// hoisted into one system prompt, tools into its own tools; max_tokens and
+// max_completion_tokens "fully supported", n "must be exactly 1": platform.claude.com/docs/en/
+// api/openai-sdk), so the estimate is the Messages one: the chat rule's count with cl100k_base,
+// plus the Messages overheads (the wrapper, 5 rather than 3 per message, Anthropic's tool-use
+// system prompt), times the model's factor. A larger n is reserved all the same.
+func compatChat(s *pricing.Request, root int) {
+	s.Approx(pricing.ReasonAnthropicEstimate)
+	openai.Chat(s, root)
+	text := s.Est.PromptTokens + anthropicBase
+	msgs := s.Doc.Get(root, "messages")
+	s.Doc.Elems(msgs, func(int) bool {
+		text += anthropicPerMessage - 3 // the chat rule counted 3 per message
+		return true
+	})
+	for _, k := range [...]string{"tools", "functions"} {
+		if t := s.Doc.Get(root, k); s.Doc.Kind(t) == pricing.Array && s.Doc.NonEmpty(t) {
+			text += anthropicToolsSystem
+			break
+		}
+	}
+	s.Est.PromptTokens = int64(math.Ceil(float64(text) * factor(s)))
+}

@@ -1,0 +1,123 @@
+package pricing
+
+import "github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+
+// Estimate is the price of one request: what tokens.Pricer returns and the rooms fill in. A
+// plain value.
+type Estimate struct {
+	Provider provider.ID
+	API      provider.API
+	// Model is the model the request calls: on an Azure deployment path the deployment's (from
+	// tokens.Options.AzureDeployments, else the deployment name), elsewhere the body's; "" when unknown.
+	// Callers must not log it without bounding its length.
+	Model string
+	// PromptTokens is the input token count (exact or estimated).
+	PromptTokens int64
+	// OutputTokens is the output reserved: max_tokens (or its API's equivalent) times n, or the
+	// configured default.
+	OutputTokens int64
+	// Stream is true when the request asks for a streamed response.
+	Stream bool
+	// Exact is true when PromptTokens equals what the provider will count.
+	Exact bool
+	// Reason says why the estimate is approximate: a stable reason code ("" when Exact).
+	Reason Reason
+}
+
+// Cost is the total tokens reserved for the request: prompt plus output.
+func (e *Estimate) Cost() int64 { return e.PromptTokens + e.OutputTokens }
+
+// Reason is a stable code saying why an estimate is approximate. It is safe as a log field and
+// metric label.
+type Reason string
+
+// Reasons an estimate is approximate. When several apply, Estimate.Reason is the first found.
+const (
+	// ReasonUnknownAPI: the path is not one of the priced APIs; the raw body is counted as
+	// text with the fallback encoding (an upper bound for JSON-wrapped text) and the default
+	// output reservation is added.
+	ReasonUnknownAPI Reason = "unknown_api"
+	// ReasonNotJSON: the body is not a JSON object the pricer can read (invalid syntax, nesting
+	// deeper than 10,000 levels, a top-level value that is not an object); it is priced at the
+	// upper bound (internal/tokens/bound.go): one token per byte up to the context window, and the top-level
+	// max_tokens found by a scan of its bytes, else the model's maximum output.
+	ReasonNotJSON Reason = "not_json"
+	// ReasonWrongType: a priced field has an unexpected type (e.g. "messages" is not an array,
+	// "max_tokens" is not a non-negative integer); the field is counted as raw JSON text, or the
+	// default output reservation is used.
+	ReasonWrongType Reason = "wrong_type"
+	// ReasonPartialBody: Envoy sent only the first bytes of the body
+	// (x-envoy-auth-partial-body, a body shorter than its content-length, or one of
+	// tokens.Options.RequestBufferBytes with no content-length); priced at the upper bound: one token
+	// per byte of content-length (the context window when the size is unknown), at most the
+	// context window, and the model's maximum output (or a larger max_tokens seen).
+	ReasonPartialBody Reason = "partial_body"
+	// ReasonTooLarge: the (decoded) body exceeds tokens.Options.MaxBodyBytes; it is priced at the
+	// upper bound, as ReasonNotJSON.
+	ReasonTooLarge Reason = "too_large"
+	// ReasonGzip: a gzip or deflate body could not be decoded, or decoded beyond
+	// tokens.Options.MaxDecodedBytes: priced at the upper bound of an unknown size (the context
+	// window, the model's maximum output); when nothing decodes and the body is plain JSON, it
+	// is priced as that.
+	ReasonGzip Reason = "gzip"
+	// ReasonUnsupportedEncoding: a content-encoding other than identity, gzip or deflate
+	// (e.g. br, zstd, or a bogus one): a body that is plain JSON is priced as that (the
+	// provider can only have read it so); any other is priced at the upper bound of an unknown
+	// size (the context window, the model's maximum output).
+	ReasonUnsupportedEncoding Reason = "unsupported_encoding"
+	// ReasonUnknownModel: the model has no known OpenAI encoding; text is counted with
+	// tokens.Options.FallbackEncoding.
+	ReasonUnknownModel Reason = "unknown_model"
+	// ReasonContentParts: message content given as an array of parts; text parts are counted
+	// one by one (OpenAI publishes no rule for parts).
+	ReasonContentParts Reason = "content_parts"
+	// ReasonImage: an image is priced by the provider's published size rule, or by a fixed
+	// worst-case cost when its size is unknown (an image URL).
+	ReasonImage Reason = "image"
+	// ReasonTools: tool or function definitions, tool calls or a JSON-schema response format
+	// are priced by counting their JSON text plus a fixed overhead (no published rule; biased
+	// high).
+	ReasonTools Reason = "tools"
+	// ReasonUnpricedPart: a part with no published rule (audio, file, document, unknown
+	// types) is priced by counting its JSON text.
+	ReasonUnpricedPart Reason = "unpriced_part"
+	// ReasonResponses: the Responses API's per-item overhead is not published; items are
+	// priced with the chat rule.
+	ReasonResponses Reason = "responses_formula"
+	// ReasonAnthropicEstimate: Anthropic publishes no tokenizer; internal/provider/anthropic's
+	// package doc gives the estimator.
+	ReasonAnthropicEstimate Reason = "anthropic_estimate"
+	// ReasonInvalidUTF8: priced text is not valid UTF-8; invalid bytes are counted as bytes.
+	ReasonInvalidUTF8 Reason = "invalid_utf8"
+	// ReasonLongRun: a run of more than 256 KiB that no token boundary can be proven in (such
+	// as "abab...") is counted in 256 KiB chunks, which bounds memory. One byte repeated is
+	// not: its periodic rule counts it exactly at any length (internal/tiktoken).
+	ReasonLongRun Reason = "long_run"
+	// ReasonPreviousResponse: a Responses request continues a stored response
+	// (previous_response_id) whose turns the body does not show; the prompt is raised to the
+	// unseen-context bound (tokens.Options.UnseenContextTokens, by default the model's context window).
+	ReasonPreviousResponse Reason = "previous_response"
+	// ReasonConversation: a Responses request names a stored conversation; priced as
+	// ReasonPreviousResponse.
+	ReasonConversation Reason = "conversation"
+	// ReasonStoredPrompt: a Responses request uses a stored prompt template by id; priced as
+	// ReasonPreviousResponse.
+	ReasonStoredPrompt Reason = "stored_prompt"
+	// ReasonItemReference: a Responses input item refers to a stored item by id; priced as
+	// ReasonPreviousResponse.
+	ReasonItemReference Reason = "item_reference"
+	// ReasonFileInput: a file by id, a PDF, or file_search over stored files: the provider reads
+	// content the body's bytes do not tell; priced as ReasonPreviousResponse.
+	ReasonFileInput Reason = "file_input"
+	// ReasonDocumentURL: an Anthropic document block by URL, fetched by the provider; priced as
+	// ReasonPreviousResponse.
+	ReasonDocumentURL Reason = "document_url"
+	// ReasonMCPServers: remote MCP servers (Anthropic mcp_servers, OpenAI tools of type mcp)
+	// whose tool lists and results enter the context; priced as ReasonPreviousResponse.
+	ReasonMCPServers Reason = "mcp_servers"
+	// ReasonContainerUpload: an Anthropic container_upload block (a file for code execution);
+	// priced as ReasonPreviousResponse.
+	ReasonContainerUpload Reason = "container_upload"
+	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
+	ReasonInternal Reason = "internal"
+)
