@@ -82,9 +82,65 @@ type Dialect interface {
 	// one server-sent event. ok is false when the document reports none. Each count is
 	// bounded by Count.
 	Usage(doc []byte) (u Usage, ok bool)
-	// Budget reads what a response's rate-limit headers say is left of the provider's token
-	// budget; ok is false when they say nothing. get looks a header up by lower-case name.
-	Budget(get func(name string) (string, bool)) (b Budget, ok bool)
+	// Budgets reads what a response's rate-limit headers say is left of the provider's budgets,
+	// one per dimension it reports. get looks a header up by lower-case name.
+	Budgets(get func(name string) (string, bool)) Budgets
+	// RateHeaders names the rate-limit headers the family's API sends for dimension d; ok is
+	// false when it sends none for d. The limiter's own answers report its buckets in them.
+	RateHeaders(d Dimension) (h RateHeaders, ok bool)
+}
+
+// Dimension is what a limit counts.
+type Dimension uint8
+
+// The dimensions, in the order of the Budgets array.
+const (
+	// Tokens counts input plus (weighted) output tokens.
+	Tokens Dimension = iota
+	// InputTokens counts the prompt's tokens that the provider counts (Anthropic's ITPM).
+	InputTokens
+	// OutputTokens counts the (weighted) output tokens (Anthropic's OTPM).
+	OutputTokens
+	// Requests counts requests.
+	Requests
+	// Dimensions is the number of dimensions.
+	Dimensions
+)
+
+// String returns the configuration name of the dimension ("input_tokens").
+func (d Dimension) String() string {
+	switch d {
+	case Tokens:
+		return "tokens"
+	case InputTokens:
+		return "input_tokens"
+	case OutputTokens:
+		return "output_tokens"
+	case Requests:
+		return "requests"
+	}
+	return "unknown"
+}
+
+// Words names the dimension in a message ("output tokens").
+func (d Dimension) Words() string {
+	switch d {
+	case InputTokens:
+		return "input tokens"
+	case OutputTokens:
+		return "output tokens"
+	case Requests:
+		return "requests"
+	}
+	return "tokens"
+}
+
+// RateHeaders are the names of one dimension's rate-limit headers.
+type RateHeaders struct {
+	Limit, Remaining, Reset string
+	// ResetAt: Reset holds the instant the budget is full again, in RFC 3339 (Anthropic), not
+	// the time until then as a Go duration ("6m0s", OpenAI).
+	ResetAt bool
 }
 
 // Class is the kind of an error answer, which each dialect names in its own words.
@@ -107,7 +163,8 @@ const (
 // Error is one error answer, before a dialect renders it.
 type Error struct {
 	Class Class
-	// Limit names the exhausted limit of a RateLimited answer: "tokens" or "requests".
+	// Limit names the exhausted limit of a RateLimited answer: a Dimension's String
+	// ("tokens", "input_tokens", "output_tokens", "requests").
 	Limit string
 	// Code is the limiter's stable code for the error (rate_limit_exceeded, request_too_large...).
 	Code string
@@ -119,6 +176,9 @@ type Error struct {
 type Usage struct {
 	// Input is the prompt's tokens (cache writes and reads included); Output the generated ones.
 	Input, Output int64
+	// CacheRead and CacheWrite are the parts of Input read from and written to the provider's
+	// prompt cache, when it reports them (0 otherwise).
+	CacheRead, CacheWrite int64
 	// Total is the provider's own total when it gives one (OpenAI), else 0.
 	Total int64
 }
@@ -144,6 +204,12 @@ func (u *Usage) Merge(r Usage) {
 	if r.Total > 0 {
 		u.Total = r.Total
 	}
+	if r.CacheRead > 0 {
+		u.CacheRead = r.CacheRead
+	}
+	if r.CacheWrite > 0 {
+		u.CacheWrite = r.CacheWrite
+	}
 }
 
 // MaxCount is the largest count a dialect reports for one field: the store's largest amount
@@ -153,11 +219,19 @@ const MaxCount = 1_000_000_000_000
 // Count bounds one reported count to [0, MaxCount], so that a negative count takes nothing away.
 func Count(n int64) int64 { return min(max(n, 0), MaxCount) }
 
-// Budget is what a response's rate-limit headers say of the provider's token budget.
+// Budget is what a response's rate-limit headers say of one of the provider's budgets.
 type Budget struct {
-	// Remaining and Limit are the provider's tokens left and its limit (0 when not given).
+	// Remaining and Limit are what the provider has left and its limit (Limit 0 when not given).
 	Remaining, Limit int64
+	// Rounding is the unit the provider rounds Remaining to (Anthropic: the nearest thousand),
+	// 0 when exact: the truth may be up to half of it above Remaining.
+	Rounding int64
+	// OK is true when the headers reported this budget.
+	OK bool
 }
+
+// Budgets are a response's reports, one per Dimension.
+type Budgets [Dimensions]Budget
 
 // HeaderCount reads a non-negative integer header; ok is false when it is absent, malformed or
 // negative (Azure's Responses API has been seen sending -1).

@@ -38,7 +38,12 @@ func readHeaders(get func(string) (string, bool), d provider.Dialect) report {
 	if v, ok := get("content-encoding"); ok {
 		r.encoding = v
 	}
-	if b, ok := d.Budget(get); ok {
+	bs := d.Budgets(get)
+	b := bs[provider.Tokens]
+	if !b.OK {
+		b = bs[provider.InputTokens]
+	}
+	if b.OK {
 		r.remaining, r.limit, r.ok = b.Remaining, b.Limit, true
 	}
 	if r.status == 429 {

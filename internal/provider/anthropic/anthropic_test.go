@@ -69,7 +69,10 @@ func TestBudget(t *testing.T) {
 		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Budget{}, false},
 	} {
 		get := func(k string) (string, bool) { v, ok := tc.hdrs[k]; return v, ok }
-		if got, ok := (Dialect{}).Budget(get); got != tc.want || ok != tc.ok {
+		got := (Dialect{}).Budgets(get)[provider.Tokens]
+		ok := got.OK
+		got.OK = false
+		if got != tc.want || ok != tc.ok {
 			t.Errorf("%v: budget %+v %v, want %+v %v", tc.hdrs, got, ok, tc.want, tc.ok)
 		}
 	}

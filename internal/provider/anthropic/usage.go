@@ -55,22 +55,33 @@ func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
 	}, true
 }
 
-// Budget reads OpenAI's x-ratelimit-*-tokens headers, for the compatibility endpoint, which
-// speaks OpenAI's dialect; else the anthropic-ratelimit-tokens-* headers, which show the most
-// restrictive limit in effect; else the input-tokens ones (the budget a prompt takes first;
-// https://docs.anthropic.com/en/api/rate-limits#response-headers).
-func (Dialect) Budget(get func(string) (string, bool)) (provider.Budget, bool) {
-	if b, ok := (openai.Dialect{}).Budget(get); ok {
-		return b, true
+// Budgets reads OpenAI's x-ratelimit-* headers, for the compatibility endpoint, which speaks
+// OpenAI's dialect; else the anthropic-ratelimit-{tokens,input-tokens,output-tokens,requests}-*
+// headers (https://docs.anthropic.com/en/api/rate-limits#response-headers).
+func (Dialect) Budgets(get func(string) (string, bool)) provider.Budgets {
+	if b := (openai.Dialect{}).Budgets(get); b[provider.Tokens].OK || b[provider.Requests].OK {
+		return b
 	}
-	for _, k := range [...][2]string{
-		{"anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit"},
-		{"anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-limit"},
+	var b provider.Budgets
+	for _, k := range [...]struct {
+		d                provider.Dimension
+		remaining, limit string
+	}{
+		{provider.Tokens, "anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit"},
+		{provider.InputTokens, "anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-limit"},
+		{provider.OutputTokens, "anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-limit"},
+		{provider.Requests, "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-limit"},
 	} {
-		if rem, ok := provider.HeaderCount(get, k[0]); ok {
-			limit, _ := provider.HeaderCount(get, k[1])
-			return provider.Budget{Remaining: rem, Limit: limit}, true
+		if rem, ok := provider.HeaderCount(get, k.remaining); ok {
+			limit, _ := provider.HeaderCount(get, k.limit)
+			b[k.d] = provider.Budget{Remaining: rem, Limit: limit, OK: true}
 		}
 	}
-	return provider.Budget{}, false
+	return b
+}
+
+// RateHeaders names OpenAI's headers for now: the anthropic-ratelimit-* family, whose reset is an
+// RFC 3339 instant, is the Anthropic answers' own.
+func (Dialect) RateHeaders(d provider.Dimension) (provider.RateHeaders, bool) {
+	return openai.Dialect{}.RateHeaders(d)
 }

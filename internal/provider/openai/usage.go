@@ -53,15 +53,36 @@ func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
 	}, true
 }
 
-// Budget reads x-ratelimit-remaining-tokens and x-ratelimit-limit-tokens, which OpenAI and
-// Azure OpenAI send on every response (https://platform.openai.com/docs/guides/rate-limits;
+// Budgets reads x-ratelimit-{remaining,limit}-{tokens,requests}, which OpenAI and Azure OpenAI
+// send on every response (https://platform.openai.com/docs/guides/rate-limits;
 // learn.microsoft.com/azure/ai-foundry/openai/how-to/quota). A negative value (Azure's
 // Responses API sends -1) says nothing.
-func (Dialect) Budget(get func(string) (string, bool)) (provider.Budget, bool) {
-	rem, ok := provider.HeaderCount(get, "x-ratelimit-remaining-tokens")
-	if !ok {
-		return provider.Budget{}, false
+func (Dialect) Budgets(get func(string) (string, bool)) provider.Budgets {
+	var b provider.Budgets
+	for _, k := range [...]struct {
+		d                provider.Dimension
+		remaining, limit string
+	}{
+		{provider.Tokens, "x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens"},
+		{provider.Requests, "x-ratelimit-remaining-requests", "x-ratelimit-limit-requests"},
+	} {
+		if rem, ok := provider.HeaderCount(get, k.remaining); ok {
+			limit, _ := provider.HeaderCount(get, k.limit)
+			b[k.d] = provider.Budget{Remaining: rem, Limit: limit, OK: true}
+		}
 	}
-	limit, _ := provider.HeaderCount(get, "x-ratelimit-limit-tokens")
-	return provider.Budget{Remaining: rem, Limit: limit}, true
+	return b
+}
+
+// RateHeaders names x-ratelimit-{limit,remaining,reset}-{tokens,requests}, whose reset is a
+// duration ("1s", "6m0s"; https://platform.openai.com/docs/guides/rate-limits). OpenAI has no
+// headers of its own for input or output tokens.
+func (Dialect) RateHeaders(d provider.Dimension) (provider.RateHeaders, bool) {
+	switch d {
+	case provider.Tokens:
+		return provider.RateHeaders{Limit: "x-ratelimit-limit-tokens", Remaining: "x-ratelimit-remaining-tokens", Reset: "x-ratelimit-reset-tokens"}, true
+	case provider.Requests:
+		return provider.RateHeaders{Limit: "x-ratelimit-limit-requests", Remaining: "x-ratelimit-remaining-requests", Reset: "x-ratelimit-reset-requests"}, true
+	}
+	return provider.RateHeaders{}, false
 }
