@@ -85,9 +85,12 @@ type Dialect interface {
 	// Budgets reads what a response's rate-limit headers say is left of the provider's budgets,
 	// one per dimension it reports. get looks a header up by lower-case name.
 	Budgets(get func(name string) (string, bool)) Budgets
-	// RateHeaders names the rate-limit headers the family's API sends for dimension d; ok is
-	// false when it sends none for d. The limiter's own answers report its buckets in them.
-	RateHeaders(d Dimension) (h RateHeaders, ok bool)
+	// RateHeaders names the rate-limit headers that api of the family sends for dimension d; ok
+	// is false when it sends none for d. The limiter's own answers report its buckets in them.
+	RateHeaders(api API, d Dimension) (h RateHeaders, ok bool)
+	// Profile is how the family counts a request to model against its limits, before the
+	// operator's overrides.
+	Profile(id ID, model string) Profile
 }
 
 // Dimension is what a limit counts.
@@ -243,3 +246,77 @@ func HeaderCount(get func(string) (string, bool), name string) (int64, bool) {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	return n, err == nil && n >= 0
 }
+
+// Counting is how a provider counts a request's tokens at admission.
+type Counting uint8
+
+// The counting rules.
+const (
+	// Sum counts the prompt plus the output the request may generate (max_tokens).
+	Sum Counting = iota
+	// MaxOfChars counts the larger of max_tokens and an estimate from the request's characters:
+	// "the maximum of max_tokens and the estimated number of tokens based on the character count
+	// of your request" (https://platform.openai.com/docs/guides/rate-limits).
+	MaxOfChars
+)
+
+// String returns the configuration name of the rule.
+func (c Counting) String() string {
+	if c == MaxOfChars {
+		return "max_of_chars"
+	}
+	return "sum"
+}
+
+// UnsetOutput is what a provider counts as output when a request names no maximum.
+type UnsetOutput uint8
+
+// The rules for a request without an output maximum.
+const (
+	// DefaultOutput counts the configured default (pricing.default_output_tokens and its
+	// per-model overrides).
+	DefaultOutput UnsetOutput = iota
+	// ContextWindow counts the model's context window (Azure OpenAI: "the maximum possible value
+	// of the model context size will be inferred").
+	ContextWindow
+)
+
+// String returns the configuration name of the rule.
+func (u UnsetOutput) String() string {
+	if u == ContextWindow {
+		return "context_window"
+	}
+	return "default"
+}
+
+// DimensionSet is a set of dimensions.
+type DimensionSet uint8
+
+// Has is true when d is in the set.
+func (s DimensionSet) Has(d Dimension) bool { return s&(1<<d) != 0 }
+
+// With returns the set with d.
+func (s DimensionSet) With(d Dimension) DimensionSet { return s | 1<<d }
+
+// Profile is how a provider counts a request against its limits: what its admission counts and
+// what it adjusts to the actual usage afterwards.
+type Profile struct {
+	// Counting is how the tokens dimension is counted at admission.
+	Counting Counting
+	// UnsetOutput is what is counted as output when the request names no maximum.
+	UnsetOutput UnsetOutput
+	// OutputWeight multiplies the output tokens in every dimension that counts them (Bedrock
+	// burns 5 quota tokens per output token of Claude 4-era models); 0 means 1.
+	OutputWeight int64
+	// CacheReadsFree is true when prompt-cache reads do not count as input (Anthropic's ITPM for
+	// most models): they are reserved at admission, where they cannot be known, and given back
+	// at settlement.
+	CacheReadsFree bool
+	// Settles are the dimensions the provider adjusts to the actual usage at the end of a
+	// request (Anthropic: input and output); the others keep what admission counted (OpenAI's
+	// TPM), and are only charged when the usage exceeds it.
+	Settles DimensionSet
+}
+
+// Weight is OutputWeight, 1 when unset.
+func (p *Profile) Weight() int64 { return max(p.OutputWeight, 1) }

@@ -82,6 +82,9 @@ func (Dialect) Budgets(get func(string) (string, bool)) provider.Budgets {
 
 // RateHeaders names OpenAI's headers for now: the anthropic-ratelimit-* family, whose reset is an
 // RFC 3339 instant, is the Anthropic answers' own.
-func (Dialect) RateHeaders(d provider.Dimension) (provider.RateHeaders, bool) {
-	return openai.Dialect{}.RateHeaders(d)
+func (Dialect) RateHeaders(api provider.API, d provider.Dimension) (provider.RateHeaders, bool) {
+	return openai.Dialect{}.RateHeaders(api, d)
 }
+
+// Profile is Anthropic's counting, until the room says more: prompt plus max_tokens at admission.
+func (Dialect) Profile(provider.ID, string) provider.Profile { return provider.Profile{} }

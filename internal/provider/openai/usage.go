@@ -77,7 +77,7 @@ func (Dialect) Budgets(get func(string) (string, bool)) provider.Budgets {
 // RateHeaders names x-ratelimit-{limit,remaining,reset}-{tokens,requests}, whose reset is a
 // duration ("1s", "6m0s"; https://platform.openai.com/docs/guides/rate-limits). OpenAI has no
 // headers of its own for input or output tokens.
-func (Dialect) RateHeaders(d provider.Dimension) (provider.RateHeaders, bool) {
+func (Dialect) RateHeaders(_ provider.API, d provider.Dimension) (provider.RateHeaders, bool) {
 	switch d {
 	case provider.Tokens:
 		return provider.RateHeaders{Limit: "x-ratelimit-limit-tokens", Remaining: "x-ratelimit-remaining-tokens", Reset: "x-ratelimit-reset-tokens"}, true
@@ -86,3 +86,7 @@ func (Dialect) RateHeaders(d provider.Dimension) (provider.RateHeaders, bool) {
 	}
 	return provider.RateHeaders{}, false
 }
+
+// Profile is OpenAI's and Azure OpenAI's counting, until the rooms say more: prompt plus
+// max_tokens at admission, nothing adjusted afterwards.
+func (Dialect) Profile(provider.ID, string) provider.Profile { return provider.Profile{} }
