@@ -57,23 +57,29 @@ func TestBudget(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		hdrs map[string]string
+		dim  provider.Dimension
 		want provider.Budget
 		ok   bool
 	}{
 		{map[string]string{"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-limit": "10000",
-			"anthropic-ratelimit-input-tokens-remaining": "1"}, provider.Budget{Remaining: 4000, Limit: 10000}, true},
+			"anthropic-ratelimit-input-tokens-remaining": "1"}, provider.Tokens, provider.Budget{Remaining: 4000, Limit: 10000}, true},
 		{map[string]string{"anthropic-ratelimit-input-tokens-remaining": "5000", "anthropic-ratelimit-input-tokens-limit": "10000"},
-			provider.Budget{Remaining: 5000, Limit: 10000}, true},
+			provider.InputTokens, provider.Budget{Remaining: 5000, Limit: 10000}, true},
+		{map[string]string{"anthropic-ratelimit-input-tokens-remaining": "5000"}, provider.Tokens, provider.Budget{}, false},
+		{map[string]string{"anthropic-ratelimit-output-tokens-remaining": "70", "anthropic-ratelimit-output-tokens-limit": "80"},
+			provider.OutputTokens, provider.Budget{Remaining: 70, Limit: 80}, true},
 		// The compatibility endpoint speaks OpenAI's dialect.
-		{map[string]string{"x-ratelimit-remaining-tokens": "5", "anthropic-ratelimit-tokens-remaining": "4000"}, provider.Budget{Remaining: 5}, true},
-		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Budget{}, false},
+		{map[string]string{"x-ratelimit-remaining-tokens": "5", "anthropic-ratelimit-tokens-remaining": "4000"}, provider.Tokens, provider.Budget{Remaining: 5}, true},
+		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Requests, provider.Budget{Remaining: 5}, true},
+		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Tokens, provider.Budget{}, false},
+		{map[string]string{"anthropic-ratelimit-tokens-remaining": "lots"}, provider.Tokens, provider.Budget{}, false},
 	} {
 		get := func(k string) (string, bool) { v, ok := tc.hdrs[k]; return v, ok }
-		got := (Dialect{}).Budgets(get)[provider.Tokens]
+		got := (Dialect{}).Budgets(get)[tc.dim]
 		ok := got.OK
 		got.OK = false
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("%v: budget %+v %v, want %+v %v", tc.hdrs, got, ok, tc.want, tc.ok)
+			t.Errorf("%v %v: budget %+v %v, want %+v %v", tc.hdrs, tc.dim, got, ok, tc.want, tc.ok)
 		}
 	}
 }
