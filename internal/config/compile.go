@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 // Config is a validated configuration with its derived values precomputed. It is immutable and
@@ -36,6 +37,8 @@ type Config struct {
 	FailureMode FailureMode
 	// RefuseUnreadable: pricing.unreadable.policy is refuse (else bound).
 	RefuseUnreadable bool
+	// Accounting are the accounting overrides, in file order (Apply).
+	Accounting []Accounting
 }
 
 // TenantSource is where a request's tenant comes from (tenant.source).
@@ -102,10 +105,11 @@ type Rule struct {
 	Tenant   Glob
 	Priority Glob
 	Per      Scope
-	Tokens   *Limit
-	Requests *Limit
-	MaxWait  time.Duration
-	Shadow   bool
+	// Limits are the rule's budgets, one per window of each dimension: tokens, input_tokens,
+	// output_tokens, then requests, each dimension's windows in file order.
+	Limits  []DimLimit
+	MaxWait time.Duration
+	Shadow  bool
 	// Concurrent is the in-flight cap (a Concurrency limit whose Period is the lease TTL); nil
 	// when the rule has none.
 	Concurrent *Limit
@@ -115,6 +119,42 @@ type Rule struct {
 	// response reports.
 	Refund bool
 }
+
+// DimLimit is one window of one dimension of a rule.
+type DimLimit struct {
+	Dim provider.Dimension
+	// Window is the window's index among the dimension's (0 for the first).
+	Window uint8
+	Limit
+}
+
+// Limit returns the first window of dimension d, nil when the rule does not limit d.
+func (r *Rule) Limit(d provider.Dimension) *Limit {
+	for i := range r.Limits {
+		if r.Limits[i].Dim == d {
+			return &r.Limits[i].Limit
+		}
+	}
+	return nil
+}
+
+// SharedSlots counts the dimensions whose first window is a token bucket: when two or more,
+// they share one stored key, a slot each.
+func (r *Rule) SharedSlots() int {
+	n := 0
+	for i := range r.Limits {
+		if r.Limits[i].Window == 0 && r.Limits[i].Algorithm == bucket.TokenBucket {
+			n++
+		}
+	}
+	return n
+}
+
+// Has reports whether the rule limits dimension d.
+func (r *Rule) Has(d provider.Dimension) bool { return r.Limit(d) != nil }
+
+// MaxWindows bounds the windows of one dimension of a rule.
+const MaxWindows = 4
 
 // DefaultLeaseTTL is a lease's time to live when a rule names none: envoy.yaml's route timeout.
 const DefaultLeaseTTL = 10 * time.Minute
@@ -267,6 +307,11 @@ func (f *File) compile() (*Config, error) {
 
 	own := compileCredentials(&f.Credentials, bad)
 	c.Own = own
+	for i := range f.Accounting {
+		a, aerrs := compileAccounting(&f.Accounting[i], fmt.Sprintf("accounting[%d]", i))
+		errs = append(errs, aerrs...)
+		c.Accounting = append(c.Accounting, a)
+	}
 	seen := map[string]int{}
 	for i := range f.Rules {
 		key := fmt.Sprintf("rules[%d]", i)
@@ -339,8 +384,16 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		}
 		out.Per |= bit
 	}
-	if r.Tokens == nil && r.Requests == nil && r.MaxConcurrent == 0 {
-		bad("tokens", "a rule needs tokens, requests or max_concurrent")
+	dims := [...]struct {
+		d provider.Dimension
+		a Amounts
+	}{
+		{provider.Tokens, r.Tokens}, {provider.InputTokens, r.InputTokens},
+		{provider.OutputTokens, r.OutputTokens}, {provider.Requests, r.Requests},
+	}
+	tokenish := len(r.Tokens)+len(r.InputTokens)+len(r.OutputTokens) > 0
+	if !tokenish && len(r.Requests) == 0 && r.MaxConcurrent == 0 {
+		bad("tokens", "a rule needs tokens, input_tokens, output_tokens, requests or max_concurrent")
 	}
 	ttl := time.Duration(r.LeaseTTL)
 	if ttl == 0 {
@@ -358,26 +411,33 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 	if r.LeaseTTL != 0 && r.MaxConcurrent == 0 {
 		bad("lease_ttl", "applies with max_concurrent only")
 	}
-	if r.ProviderFeedback && r.Tokens == nil {
-		bad("provider_feedback", "needs tokens: the provider's reports lower the token bucket")
+	if r.ProviderFeedback && !tokenish && len(r.Requests) == 0 {
+		bad("provider_feedback", "needs a limit: the provider's reports lower the rule's buckets")
 	}
-	if r.Refund && r.Tokens == nil {
-		bad("refund", "needs tokens: refunds give tokens back")
+	if r.Refund && !tokenish {
+		bad("refund", "needs tokens, input_tokens or output_tokens: refunds give tokens back")
 	}
-	if r.Refund && r.Tokens != nil && r.Tokens.Algorithm == "sliding_window" {
-		// A refund must leave the sub-window the reservation was admitted in; any other one would
-		// under-count the window until it leaves it.
-		bad("refund", "a sliding window keeps its reservations: use token_bucket or quota to refund")
-	}
-	var err error
-	if r.Tokens != nil {
-		if out.Tokens, err = compileAmount(r.Tokens, key+".tokens"); err != nil {
-			errs = append(errs, err)
+	for _, x := range dims {
+		if len(x.a) > MaxWindows {
+			bad(x.d.String(), "%d windows: at most %d", len(x.a), MaxWindows)
+			continue
 		}
-	}
-	if r.Requests != nil {
-		if out.Requests, err = compileAmount(r.Requests, key+".requests"); err != nil {
-			errs = append(errs, err)
+		for w := range x.a {
+			k := key + "." + x.d.String()
+			if len(x.a) > 1 {
+				k = fmt.Sprintf("%s[%d]", k, w)
+			}
+			if r.Refund && x.d != provider.Requests && x.a[w].Algorithm == "sliding_window" {
+				// A refund must leave the sub-window the reservation was admitted in; any other
+				// one would under-count the window until it leaves it.
+				bad("refund", "a sliding window keeps its reservations (%s): use token_bucket or quota to refund", k)
+			}
+			l, err := compileAmount(&x.a[w], k)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			out.Limits = append(out.Limits, DimLimit{Dim: x.d, Window: uint8(w), Limit: *l})
 		}
 	}
 	if out.MaxWait > time.Minute {

@@ -39,8 +39,33 @@ type File struct {
 	// Credentials are the operator's own provider credentials, from which provider_feedback
 	// rules accept corrections.
 	Credentials Credentials `yaml:"credentials"`
+	// Accounting overrides the providers' built-in accounting profiles (how each counts a
+	// request) per provider and model glob; the first matching entry applies.
+	Accounting []AccountingSpec `yaml:"accounting"`
 	// Rules are the limits. Every rule whose match fits a request applies to it.
 	Rules []RuleSpec `yaml:"rules"`
+}
+
+// AccountingSpec overrides fields of a provider's accounting profile for the models matching a
+// glob. An unset field keeps the built-in value.
+type AccountingSpec struct {
+	// Provider is the provider name (openai, azure, anthropic); required.
+	Provider string `yaml:"provider"`
+	// Model is a glob; empty matches every model.
+	Model string `yaml:"model"`
+	// Counting is how the tokens dimension is counted at admission: sum (prompt plus
+	// max_tokens) or max_of_chars (the larger of max_tokens and the request's characters / 4).
+	Counting string `yaml:"counting"`
+	// UnsetOutput is what is counted as output when a request names no maximum: default
+	// (pricing.default_output_tokens) or context_window (the model's context window).
+	UnsetOutput string `yaml:"unset_output"`
+	// OutputWeight multiplies the output tokens in every dimension that counts them (1 to 100).
+	OutputWeight int64 `yaml:"output_weight"`
+	// CacheReads says whether prompt-cache reads count as input: counted or free.
+	CacheReads string `yaml:"cache_reads"`
+	// Settles lists the dimensions settled to the actual usage when the response reports it:
+	// any of tokens, input_tokens, output_tokens ([] settles none).
+	Settles *[]string `yaml:"settles"`
 }
 
 // Tenant configures tenant identity.
@@ -164,10 +189,17 @@ type RuleSpec struct {
 	// Per lists what the rule's buckets are kept per: any of provider, model, tenant, priority.
 	// Empty means one bucket for all matching requests.
 	Per []string `yaml:"per"`
-	// Tokens limits the tokens of the matching requests (prompt plus reserved output).
-	Tokens *Amount `yaml:"tokens"`
+	// Tokens limits the tokens of the matching requests: input plus (weighted) output, counted
+	// as the provider's accounting profile says (accounting).
+	Tokens Amounts `yaml:"tokens"`
+	// InputTokens limits the input tokens the provider counts (Anthropic's ITPM: cache reads
+	// free for most models).
+	InputTokens Amounts `yaml:"input_tokens"`
+	// OutputTokens limits the (weighted) output tokens (Anthropic's OTPM: reserved from
+	// max_tokens, settled to the actual output).
+	OutputTokens Amounts `yaml:"output_tokens"`
 	// Requests limits the number of matching requests.
-	Requests *Amount `yaml:"requests"`
+	Requests Amounts `yaml:"requests"`
 	// MaxWait holds a request up to this long for the budget instead of denying it.
 	MaxWait Duration `yaml:"max_wait"`
 	// MaxConcurrent caps the matching requests in flight at once across every replica (one bucket
@@ -196,6 +228,28 @@ type Match struct {
 	Path     string `yaml:"path"`
 	Tenant   string `yaml:"tenant"`
 	Priority string `yaml:"priority"`
+}
+
+// Amounts are the windows of one dimension: one amount, or a list of them that all apply (600
+// per minute and 10 per second). In the file either a mapping or a sequence of mappings.
+type Amounts []Amount
+
+// UnmarshalYAML reads one amount or a sequence of them.
+func (a *Amounts) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		var list []Amount
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		*a = list
+		return nil
+	}
+	var one Amount
+	if err := n.Decode(&one); err != nil {
+		return err
+	}
+	*a = Amounts{one}
+	return nil
 }
 
 // Amount is one budget: Limit per Period.

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 func TestExampleIsValid(t *testing.T) {
@@ -23,7 +25,7 @@ func TestExampleIsValid(t *testing.T) {
 	if len(c.Rules) == 0 {
 		t.Fatal("the example has no rules")
 	}
-	if got := c.Rules[0].Tokens; got.Limit != 30000 || got.Period != time.Minute || got.Algorithm != bucket.TokenBucket {
+	if got := c.Rules[0].Limit(provider.Tokens); got.Limit != 30000 || got.Period != time.Minute || got.Algorithm != bucket.TokenBucket {
 		t.Errorf("first rule tokens = %+v", got)
 	}
 }
@@ -52,7 +54,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		`rules[2].requests.burst: applies to token_bucket only`,
 		`rules[2].max_wait: 2h0m0s is above 1m (a held request must finish within Envoy's ext_authz timeout)`,
 		`rules[3].tokens.period: "minute": a quota resets per calendar day or month`,
-		`rules[4].tokens: a rule needs tokens, requests or max_concurrent`,
+		`rules[4].tokens: a rule needs tokens, input_tokens, output_tokens, requests or max_concurrent`,
 	}
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
@@ -103,16 +105,16 @@ rules:
 		t.Fatal(err)
 	}
 	q, b := c.Rules[0], c.Rules[1]
-	if q.Tokens.Algorithm != bucket.Quota || q.Tokens.Calendar != bucket.Month {
-		t.Errorf("quota: %+v", q.Tokens)
+	if q.Limit(provider.Tokens).Algorithm != bucket.Quota || q.Limit(provider.Tokens).Calendar != bucket.Month {
+		t.Errorf("quota: %+v", q.Limit(provider.Tokens))
 	}
-	if q.Requests.Period != 90*time.Second || q.Requests.Algorithm != bucket.SlidingWindow {
-		t.Errorf("sliding window: %+v", q.Requests)
+	if q.Limit(provider.Requests).Period != 90*time.Second || q.Limit(provider.Requests).Algorithm != bucket.SlidingWindow {
+		t.Errorf("sliding window: %+v", q.Limit(provider.Requests))
 	}
-	if b.Tokens.Capacity() != 500 || b.Requests != nil {
-		t.Errorf("burst: %+v", b.Tokens)
+	if b.Limit(provider.Tokens).Capacity() != 500 || b.Limit(provider.Requests) != nil {
+		t.Errorf("burst: %+v", b.Limit(provider.Tokens))
 	}
-	s := b.Tokens.Spec("n", 7, 0.2)
+	s := b.Limit(provider.Tokens).Spec("n", 7, 0.2)
 	if s.Burst != 500 || s.Limit != 100 || s.Period != time.Hour || s.Cost != 7 || s.Floor != 0.2 {
 		t.Errorf("spec: %+v", s)
 	}
@@ -157,9 +159,9 @@ func TestParseRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := rt.Rule
-	if r.Name != "route:internal" || r.Tokens.Limit != 2000 || r.Tokens.Period != time.Minute || r.Tokens.Burst != 4000 ||
-		r.Requests.Limit != 5 || r.Requests.Period != time.Second || r.Per != PerTenant|PerModel || r.MaxWait != 1500*time.Millisecond {
-		t.Errorf("rule = %+v tokens %+v requests %+v", r, r.Tokens, r.Requests)
+	if r.Name != "route:internal" || r.Limit(provider.Tokens).Limit != 2000 || r.Limit(provider.Tokens).Period != time.Minute || r.Limit(provider.Tokens).Burst != 4000 ||
+		r.Limit(provider.Requests).Limit != 5 || r.Limit(provider.Requests).Period != time.Second || r.Per != PerTenant|PerModel || r.MaxWait != 1500*time.Millisecond {
+		t.Errorf("rule = %+v tokens %+v requests %+v", r, r.Limit(provider.Tokens), r.Limit(provider.Requests))
 	}
 	if !rt.SkipFileRules || rt.Tenant != "team-a" {
 		t.Errorf("route = %+v", rt)
@@ -198,7 +200,7 @@ func TestParseRouteReportsEveryBadKey(t *testing.T) {
 		t.Errorf("skip without a limit: %v", err)
 	}
 	_, err = c.ParseRoute(map[string]string{"rule": "x"})
-	if err == nil || !strings.Contains(err.Error(), "need a tokens_per_* or requests_per_* key") {
+	if err == nil || !strings.Contains(err.Error(), "need a tokens_per_*, input_tokens_per_*, output_tokens_per_* or requests_per_* key") {
 		t.Errorf("rule without amounts: %v", err)
 	}
 }
@@ -283,7 +285,7 @@ credentials: {injected: true}
 		t.Fatal(err)
 	}
 	in, mirror := c.Rules[0], c.Rules[1]
-	if in.Concurrent == nil || in.Concurrent.Limit != 8 || in.Concurrent.Period != DefaultLeaseTTL || in.Concurrent.Algorithm != bucket.Concurrency || in.Tokens != nil {
+	if in.Concurrent == nil || in.Concurrent.Limit != 8 || in.Concurrent.Period != DefaultLeaseTTL || in.Concurrent.Algorithm != bucket.Concurrency || in.Limit(provider.Tokens) != nil {
 		t.Errorf("inflight: %+v concurrent %+v", in, in.Concurrent)
 	}
 	if !mirror.Feedback || mirror.Concurrent.Period != 90*time.Second {
@@ -299,6 +301,9 @@ credentials: {injected: true}
   - name: c
     max_concurrent: 1
     lease_ttl: 100ms
+  - name: d
+    max_concurrent: 2
+    provider_feedback: true
 credentials: {injected: true}
 `), "t")
 	var ce *Error
@@ -308,8 +313,8 @@ credentials: {injected: true}
 	want := []string{
 		"rules[0].max_concurrent: -1 is not in [0, 1000000000000]",
 		"rules[1].lease_ttl: applies with max_concurrent only",
-		"rules[1].provider_feedback: needs tokens: the provider's reports lower the token bucket",
 		"rules[2].lease_ttl: 100ms is not from 1s to 744h",
+		"rules[3].provider_feedback: needs a limit: the provider's reports lower the rule's buckets",
 	}
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
@@ -394,5 +399,83 @@ func TestTypedChoices(t *testing.T) {
 		if _, err := Parse([]byte(bad), t.Name()); err == nil {
 			t.Errorf("%q: accepted", bad)
 		}
+	}
+}
+
+func TestAccounting(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+accounting:
+  - {provider: openai, model: "gpt-4o*", counting: max_of_chars}
+  - {provider: anthropic, model: "claude-sonnet-4*", output_weight: 5, cache_reads: counted, settles: [output_tokens]}
+  - {provider: azure, unset_output: default}
+`), "accounting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		provider, model string
+		base, want      provider.Profile
+	}{
+		{"openai", "gpt-4o-mini", provider.Profile{}, provider.Profile{Counting: provider.MaxOfChars}},
+		{"openai", "gpt-4.1", provider.Profile{}, provider.Profile{}},
+		// Only the fields the entry names change.
+		{"anthropic", "claude-sonnet-4-5", provider.Profile{CacheReadsFree: true, Settles: 6},
+			provider.Profile{OutputWeight: 5, Settles: provider.DimensionSet(0).With(provider.OutputTokens)}},
+		{"azure", "gpt-4o", provider.Profile{UnsetOutput: provider.ContextWindow}, provider.Profile{}},
+	} {
+		p := tc.base
+		c.Apply(&p, tc.provider, tc.model)
+		if p != tc.want {
+			t.Errorf("%s %s: %+v, want %+v", tc.provider, tc.model, p, tc.want)
+		}
+	}
+	_, err = Parse([]byte(`
+accounting:
+  - {provider: bedrock, counting: most, unset_output: all, output_weight: 101, cache_reads: maybe, settles: [requests]}
+`), "bad")
+	for _, want := range []string{
+		`accounting[0].provider: "bedrock" is not one of openai, azure, anthropic`,
+		`accounting[0].counting: "most" is not sum or max_of_chars`,
+		`accounting[0].unset_output: "all" is not default or context_window`,
+		`accounting[0].output_weight: 101 is not in [1, 100]`,
+		`accounting[0].cache_reads: "maybe" is not counted or free`,
+		`accounting[0].settles[0]: "requests" is not tokens, input_tokens or output_tokens`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in: %v", want, err)
+		}
+	}
+}
+
+func TestDimensionWindows(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+rules:
+  - name: azure
+    input_tokens: {limit: 30000, period: minute}
+    requests:
+      - {limit: 600, period: minute}
+      - {limit: 10, period: second}
+`), "windows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Rules[0]
+	var got []string
+	for _, l := range r.Limits {
+		got = append(got, fmt.Sprintf("%s[%d] %d/%v", l.Dim, l.Window, l.Limit.Limit, l.Period))
+	}
+	want := []string{"input_tokens[0] 30000/1m0s", "requests[0] 600/1m0s", "requests[1] 10/1s"}
+	if diff := cmp.Diff(want, got); diff != "" || r.SharedSlots() != 2 || r.Has(provider.Tokens) {
+		t.Errorf("limits (-want +got):\n%s shared %d", diff, r.SharedSlots())
+	}
+	_, err = Parse([]byte(`
+rules:
+  - name: many
+    requests: [{limit: 1, period: second}, {limit: 2, period: second}, {limit: 3, period: second}, {limit: 4, period: second}, {limit: 5, period: second}]
+`), "many")
+	if err == nil || !strings.Contains(err.Error(), "5 windows: at most 4") {
+		t.Errorf("five windows: %v", err)
 	}
 }

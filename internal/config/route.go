@@ -37,8 +37,10 @@ type Route struct {
 // RouteKeys lists the context_extensions keys a route may set.
 var RouteKeys = []string{
 	"rule", "tokens_per_second", "tokens_per_minute", "tokens_per_hour", "tokens_per_day",
+	"input_tokens_per_second", "input_tokens_per_minute", "input_tokens_per_hour", "input_tokens_per_day",
+	"output_tokens_per_second", "output_tokens_per_minute", "output_tokens_per_hour", "output_tokens_per_day",
 	"requests_per_second", "requests_per_minute", "requests_per_hour", "requests_per_day",
-	"tokens_burst", "requests_burst", "algorithm", "per", "max_wait", "shadow", "file_rules", "tenant",
+	"tokens_burst", "input_tokens_burst", "output_tokens_burst", "requests_burst", "algorithm", "per", "max_wait", "shadow", "file_rules", "tenant",
 }
 
 var periodSuffixes = []string{"second", "minute", "hour", "day"}
@@ -112,8 +114,16 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 		}
 		return a
 	}
-	spec.Tokens = amount("tokens")
-	spec.Requests = amount("requests")
+	one := func(a *Amount) Amounts {
+		if a == nil {
+			return nil
+		}
+		return Amounts{*a}
+	}
+	spec.Tokens = one(amount("tokens"))
+	spec.InputTokens = one(amount("input_tokens"))
+	spec.OutputTokens = one(amount("output_tokens"))
+	spec.Requests = one(amount("requests"))
 	if v, ok := ext["per"]; ok && strings.TrimSpace(v) != "" {
 		for _, s := range strings.Split(v, ",") {
 			spec.Per = append(spec.Per, strings.TrimSpace(s))
@@ -134,7 +144,7 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 		bad("shadow", "%q is not true or false", truncate(v, 64))
 	}
 
-	hasLimit := spec.Tokens != nil || spec.Requests != nil
+	hasLimit := len(spec.Tokens)+len(spec.InputTokens)+len(spec.OutputTokens)+len(spec.Requests) > 0
 	switch {
 	case hasLimit:
 		r, err := compileRule(&spec, "context_extensions", c.Classes)
@@ -145,7 +155,7 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 			rt.Rule = r
 		}
 	case spec.Name != "" || spec.Per != nil || spec.MaxWait != 0 || spec.Shadow:
-		bad("rule", "rule, per, max_wait and shadow need a tokens_per_* or requests_per_* key")
+		bad("rule", "rule, per, max_wait and shadow need a tokens_per_*, input_tokens_per_*, output_tokens_per_* or requests_per_* key")
 	}
 	if rt.SkipFileRules && rt.Rule == nil {
 		// To leave a route unlimited, disable ext_authz on it in Envoy instead.

@@ -293,7 +293,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 	switch res.Outcome {
 	case bucket.Allowed:
-		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionAllowed, 0))), nil
+		return f.finish(start, &est, pl, okResponse(pl.headers(&est, &res, 0), pl.metadata(&est, decisionAllowed, 0))), nil
 	case bucket.Delayed:
 		defer f.held.Add(-1)
 		f.m.holding(1)
@@ -304,7 +304,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 			f.m.error(reasonHoldCanceled)
 			return nil, status.FromContextError(err).Err()
 		}
-		return f.finish(start, &est, pl, okResponse(pl.headers(&res, 0), pl.metadata(&est, decisionDelayed, res.Wait))), nil
+		return f.finish(start, &est, pl, okResponse(pl.headers(&est, &res, 0), pl.metadata(&est, decisionDelayed, res.Wait))), nil
 	case bucket.Impossible:
 		return f.finish(start, &est, pl, tooLargeResponse(&est, pl, &res)), nil
 	default:
@@ -541,7 +541,7 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		pl.local = true
 		switch res.Outcome {
 		case bucket.Allowed, bucket.Delayed:
-			return f.finish(start, est, pl, okResponse(pl.headers(&res, 0), pl.metadata(est, decisionLocal, 0))), nil
+			return f.finish(start, est, pl, okResponse(pl.headers(est, &res, 0), pl.metadata(est, decisionLocal, 0))), nil
 		case bucket.Impossible:
 			return f.finish(start, est, pl, tooLargeResponse(est, pl, &res)), nil
 		default:

@@ -7,20 +7,40 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
 // A bucket's kind is what it counts: the letters of the reservation (reservation.KindTokens,
-// KindRequests, KindConcurrency: a rule's in-flight cap), which bucket names carry too. kindPair
-// names a rule's tokens and requests buckets when both are token buckets: they share one name,
-// in slots 1 and 2 of one stored key (bucket.Spec.Slot).
+// KindInput, KindOutput, KindRequests, KindConcurrency: a rule's in-flight cap), which bucket
+// names carry too. kindPair names the token buckets of a rule's dimensions' first windows when
+// there are two or more: they share one name, each in its slot of one stored key
+// (bucket.Spec.Slot, slotOf).
 const kindPair = 'b'
 
-// owner says which rule and amount a bucket of a plan belongs to.
+// slotOf is the slot of dimension d's first window in a rule's shared key: tokens and requests
+// keep slots 1 and 2 (the keys of rules that limit only those are unchanged), input and output
+// tokens take 3 and 4.
+func slotOf(d provider.Dimension) uint8 {
+	switch d {
+	case provider.Tokens:
+		return 1
+	case provider.Requests:
+		return 2
+	case provider.InputTokens:
+		return 3
+	}
+	return 4
+}
+
+// owner says which rule, limit and window a bucket of a plan belongs to.
 type owner struct {
-	rule *config.Rule
-	kind byte
+	rule   *config.Rule
+	lim    *config.Limit
+	kind   byte
+	window uint8
 }
 
 // plan is the set of buckets one request debits, with what is needed to explain the answer.
@@ -43,10 +63,15 @@ type plan struct {
 	debited bool
 	// own: the request carried the operator's own credential (request.own).
 	own bool
-	// Room for the common plan (one rule of two buckets), so that building it allocates
-	// nothing but the plan itself.
-	bucketsBuf [2]bucket.Spec
-	ownersBuf  [2]owner
+	// prof is how the request's provider counts it; cost what it counts in each dimension.
+	prof provider.Profile
+	cost costs
+	// clock is the filter's (Options.Now), for the answers' reset instants.
+	clock func() time.Time
+	// Room for the common plans (one rule of up to four buckets), so that building them
+	// allocates nothing but the plan itself.
+	bucketsBuf [4]bucket.Spec
+	ownersBuf  [4]owner
 	rulesBuf   [1]*config.Rule
 }
 
@@ -54,13 +79,19 @@ type plan struct {
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
 	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own,
-		logClearTenant: cfg.LogClearTenant}
+		logClearTenant: cfg.LogClearTenant, clock: f.opts.Now}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
-	provider := est.Provider.String()
-	pl.enforced.Tag = provider
-	pl.shadow.Tag = provider
+	pl.prof = dialects.Of(est.Provider).Profile(est.Provider, est.Model)
+	prov := est.Provider.String()
+	cfg.Apply(&pl.prof, prov, est.Model)
+	pl.cost = charge(&pl.prof, est)
+	pl.enforced.Tag = prov
+	pl.shadow.Tag = prov
+	name := func(rule *config.Rule, kind byte, window uint8) string {
+		return bucketName(rule, kind, window, prov, est.Model, r.tenant, r.priority)
+	}
 	consider := func(rule *config.Rule) {
-		if !rule.Provider.Match(provider) || !rule.Model.Match(est.Model) || !rule.Path.Match(r.path) ||
+		if !rule.Provider.Match(prov) || !rule.Model.Match(est.Model) || !rule.Path.Match(r.path) ||
 			!rule.Tenant.Match(r.tenant) || !rule.Priority.Match(r.priority) {
 			return
 		}
@@ -73,38 +104,36 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		if len(target.Buckets) == 0 || rule.MaxWait < target.MaxWait {
 			target.MaxWait = rule.MaxWait
 		}
-		name := func(kind byte) string { return bucketName(rule, kind, provider, est.Model, r.tenant, r.priority) }
-		// A rule's tokens and requests token buckets share a key, in slots 1 and 2: one key to
-		// read and write for both, under one name.
-		var tokensName, requestsName string
-		var tokensSlot, requestsSlot uint8
-		if rule.Tokens != nil && rule.Requests != nil &&
-			rule.Tokens.Algorithm == bucket.TokenBucket && rule.Requests.Algorithm == bucket.TokenBucket {
-			tokensName = name(kindPair)
-			requestsName, tokensSlot, requestsSlot = tokensName, 1, 2
-		}
-		if rule.Tokens != nil {
-			if tokensName == "" {
-				tokensName = name(reservation.KindTokens)
-			}
-			// A hostile max_tokens may price above any store's range: capped, it still can never
-			// fit (413), where the raw cost would be an invalid request (503, and a store failure).
-			s := rule.Tokens.Spec(tokensName, min(est.Cost(), bucket.MaxAmount), r.floor)
-			s.Slot = tokensSlot
+		add := func(s bucket.Spec, o owner) {
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
-				pl.owners = append(pl.owners, owner{rule, reservation.KindTokens})
+				pl.owners = append(pl.owners, o)
 			}
 		}
-		if rule.Requests != nil {
-			if requestsName == "" {
-				requestsName = name(reservation.KindRequests)
-			}
-			s := rule.Requests.Spec(requestsName, 1, r.floor)
-			s.Slot = requestsSlot
-			target.Buckets = append(target.Buckets, s)
-			if target == &pl.enforced {
-				pl.owners = append(pl.owners, owner{rule, reservation.KindRequests})
+		// The first window of each dimension, when a token bucket, shares one key with the
+		// rule's others (slots 1 to 4): one key to read and write for all, under one name. They
+		// go first, next to each other, as the store wants them.
+		shared := rule.SharedSlots()
+		var pairName string
+		if shared >= 2 {
+			pairName = name(rule, kindPair, 0)
+		}
+		for pass := range 2 {
+			for i := range rule.Limits {
+				l := &rule.Limits[i]
+				inPair := shared >= 2 && l.Window == 0 && l.Algorithm == bucket.TokenBucket
+				if inPair != (pass == 0) {
+					continue
+				}
+				kind := reservation.KindOf(l.Dim)
+				var s bucket.Spec
+				if inPair {
+					s = l.Spec(pairName, pl.cost[l.Dim], r.floor)
+					s.Slot = slotOf(l.Dim)
+				} else {
+					s = l.Spec(name(rule, kind, l.Window), pl.cost[l.Dim], r.floor)
+				}
+				add(s, owner{rule: rule, lim: &l.Limit, kind: kind, window: l.Window})
 			}
 		}
 		if rule.Concurrent != nil {
@@ -113,10 +142,8 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			if target == &pl.shadow {
 				cost = 0
 			}
-			target.Buckets = append(target.Buckets, rule.Concurrent.Spec(name(reservation.KindConcurrency), cost, r.floor))
-			if target == &pl.enforced {
-				pl.owners = append(pl.owners, owner{rule, reservation.KindConcurrency})
-			}
+			add(rule.Concurrent.Spec(name(rule, reservation.KindConcurrency, 0), cost, r.floor),
+				owner{rule: rule, lim: rule.Concurrent, kind: reservation.KindConcurrency})
 		}
 	}
 	if r.route != nil && r.route.Rule != nil {
@@ -134,16 +161,19 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	return pl
 }
 
-// bucketName is the bucket's identity: the rule, the amount (kind; kindPair for the tokens and
-// requests together, told apart by their slots) and the scope values the rule is kept per.
-// Values are length-prefixed so that no tenant or model can forge another bucket's name; the
-// store escapes or hashes the whole name into its key.
-func bucketName(rule *config.Rule, kind byte, provider, model, tenant, priority string) string {
+// bucketName is the bucket's identity: the rule, the amount (kind; kindPair for the first
+// windows together, told apart by their slots; a later window's index after the kind) and the
+// scope values the rule is kept per. Values are length-prefixed so that no tenant or model can
+// forge another bucket's name; the store escapes or hashes the whole name into its key.
+func bucketName(rule *config.Rule, kind byte, window uint8, provider, model, tenant, priority string) string {
 	var b strings.Builder
-	b.Grow(len(rule.Name) + 8 + len(model) + len(tenant) + len(priority) + len(provider))
+	b.Grow(len(rule.Name) + 10 + len(model) + len(tenant) + len(priority) + len(provider))
 	b.WriteString(rule.Name)
 	b.WriteByte(':')
 	b.WriteByte(kind)
+	if window > 0 {
+		b.WriteString(strconv.Itoa(int(window)))
+	}
 	part := func(tag byte, v string) {
 		b.WriteByte('|')
 		b.WriteByte(tag)
@@ -191,14 +221,13 @@ func (pl *plan) blocking() string {
 	return o.rule.Name + " " + kindName(o.kind)
 }
 
+// kindName names what a bucket of kind k counts, in a message or a metric label ("output
+// tokens").
 func kindName(k byte) string {
-	switch k {
-	case reservation.KindRequests:
-		return "requests"
-	case reservation.KindConcurrency:
-		return "concurrent requests"
+	if d, ok := reservation.Dimension(k); ok {
+		return d.Words()
 	}
-	return "tokens"
+	return "concurrent requests"
 }
 
 // periodName describes a limit's period for messages: "per minute", "per 90s", "per day (UTC)".

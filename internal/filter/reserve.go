@@ -5,21 +5,10 @@ import (
 	"strconv"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
-	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
-
-// limit is the configured limit of the bucket o owns.
-func (o owner) limit() *config.Limit {
-	switch o.kind {
-	case reservation.KindRequests:
-		return o.rule.Requests
-	case reservation.KindConcurrency:
-		return o.rule.Concurrent
-	}
-	return o.rule.Tokens
-}
 
 // newLeaseID is the default Options.LeaseID: 64 random bits in hex.
 func newLeaseID() string {
@@ -44,7 +33,8 @@ func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 	}
 	var buf [8]reservation.Bucket // on the stack: Append keeps nothing of r
 	r := reservation.Reservation{Tag: pl.enforced.Tag, Lease: pl.enforced.Lease, Model: est.Model,
-		Prompt: est.PromptTokens, Output: est.OutputTokens}
+		Prompt: est.PromptTokens, Output: est.OutputTokens, Weight: pl.prof.Weight(), CacheReadsFree: pl.prof.CacheReadsFree,
+		CharsCounted: pl.prof.Counting == provider.MaxOfChars}
 	if n := len(pl.enforced.Buckets); n <= len(buf) {
 		r.Buckets = buf[:n]
 	} else {
@@ -55,10 +45,16 @@ func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 		b.Spec = s
 		b.Spec.Floor = 0
 		if i < len(pl.owners) {
-			b.Kind = pl.owners[i].kind
+			o := &pl.owners[i]
+			b.Kind = o.kind
+			tokenish := reservation.Tokenish(o.kind)
 			// Only the answer to the operator's own credential speaks of the operator's budget.
-			b.Feedback = b.Kind == reservation.KindTokens && pl.owners[i].rule.Feedback && pl.own
-			b.Refund = b.Kind == reservation.KindTokens && pl.owners[i].rule.Refund
+			b.Feedback = (tokenish || o.kind == reservation.KindRequests) && o.rule.Feedback && pl.own
+			// A dimension the provider settles to the actual usage gives back what it did not
+			// use, whatever the rule says: the provider's own budget has it back.
+			if d, ok := reservation.Dimension(o.kind); ok && tokenish {
+				b.Refund = o.rule.Refund || pl.prof.Settles.Has(d)
+			}
 		}
 	}
 	return reservation.Append(b, &r)

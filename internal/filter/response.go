@@ -81,32 +81,38 @@ func appendReset(b []byte, d time.Duration) []byte {
 	return append(b, 's')
 }
 
-// headers are the x-ratelimit headers of an answer: for tokens and for requests, the limit,
-// remaining and reset of the bucket of that kind with the least remaining. The six headers share
-// two backing arrays and their values one string (three allocations instead of eighteen);
-// callers append the extra ones.
-func (pl *plan) headers(res *bucket.Result, extra int) []*corev3.HeaderValueOption {
-	var keys [6]string
-	var ends [6]int
-	var buf [128]byte
+// headers are the rate-limit headers of an answer, in the provider's own names for each
+// dimension (dialect RateHeaders: x-ratelimit-*-{tokens,requests} for OpenAI's family,
+// anthropic-ratelimit-{tokens,input-tokens,output-tokens,requests}-* on Anthropic's Messages
+// API): for each dimension, the limit, remaining and reset of the bucket with the least
+// remaining. The headers share two backing arrays and their values one string (three
+// allocations however many); callers append the extra ones.
+func (pl *plan) headers(est *tokens.Estimate, res *bucket.Result, extra int) []*corev3.HeaderValueOption {
+	var keys [3 * provider.Dimensions]string
+	var ends [3 * provider.Dimensions]int
+	var buf [256]byte
 	text, n := buf[:0], 0
-	for _, k := range [...]struct {
-		kind                  byte
-		limit, remaining, rst string
-	}{
-		{reservation.KindTokens, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"},
-		{reservation.KindRequests, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"},
-	} {
-		s, ok := pl.headline(res, k.kind)
+	d := dialects.Of(est.Provider)
+	for dim := range provider.Dimensions {
+		h, ok := d.RateHeaders(est.API, dim)
+		if !ok {
+			continue
+		}
+		s, ok := pl.headline(res, reservation.KindOf(dim))
 		if !ok {
 			continue
 		}
 		text = strconv.AppendInt(text, s.Limit, 10)
-		keys[n], ends[n] = k.limit, len(text)
+		keys[n], ends[n] = h.Limit, len(text)
 		text = strconv.AppendInt(text, max(s.Remaining, 0), 10)
-		keys[n+1], ends[n+1] = k.remaining, len(text)
-		text = appendReset(text, s.Reset)
-		keys[n+2], ends[n+2] = k.rst, len(text)
+		keys[n+1], ends[n+1] = h.Remaining, len(text)
+		if h.ResetAt {
+			// The instant the bucket is full again, by the filter's clock.
+			text = pl.clock().Add(max(s.Reset, 0)).UTC().Truncate(time.Second).AppendFormat(text, time.RFC3339)
+		} else {
+			text = appendReset(text, s.Reset)
+		}
+		keys[n+2], ends[n+2] = h.Reset, len(text)
 		n += 3
 	}
 	out := make([]*corev3.HeaderValueOption, n, n+extra)
@@ -223,16 +229,21 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 	if secs < 1 {
 		secs = 1
 	}
-	hdrs := pl.headers(res, 4)
+	hdrs := pl.headers(est, res, 4)
 	hdrs = append(hdrs,
 		header("retry-after", strconv.FormatInt(int64(secs), 10)),
 		header("retry-after-ms", strconv.FormatInt(int64(ms), 10)),
 		header("x-should-retry", "true"))
-	kind, msg := "tokens", "Rate limit reached. Please try again in "+resetString(wait)+"."
+	limit, msg := provider.Tokens.String(), "Rate limit reached. Please try again in "+resetString(wait)+"."
 	if i := res.Blocking; i >= 0 && i < len(pl.owners) && i < len(res.Buckets) {
 		o, s := pl.owners[i], res.Buckets[i]
-		kind = kindName(o.kind)
-		l := o.limit()
+		kind := kindName(o.kind)
+		if d, ok := reservation.Dimension(o.kind); ok {
+			limit = d.String()
+		} else {
+			limit = "concurrent_requests"
+		}
+		l := o.lim
 		requested := pl.enforced.Buckets[i].Cost
 		reserve := ""
 		if pl.floor > 0 {
@@ -241,7 +252,7 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d%s, Requested %d. Please try again in %s.",
 			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), reserve, requested, resetString(wait))
 	}
-	body := errorBody(est, provider.Error{Class: provider.RateLimited, Limit: kind, Code: "rate_limit_exceeded", Message: msg})
+	body := errorBody(est, provider.Error{Class: provider.RateLimited, Limit: limit, Code: "rate_limit_exceeded", Message: msg})
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdrs, body,
 		pl.metadata(est, decisionDenied, wait))
 }
@@ -252,11 +263,11 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 	msg := "Request too large for the configured limits."
 	if i := res.Blocking; i >= 0 && i < len(pl.owners) {
 		o := pl.owners[i]
-		l := o.limit()
+		l := o.lim
 		msg = fmt.Sprintf("Request too large for %s (%s %s): Limit %d, Requested %d. The request can never fit: reduce the prompt or max_tokens.",
 			o.rule.Name, kindName(o.kind), periodName(l), l.Capacity(), pl.enforced.Buckets[i].Cost)
 	}
-	hdrs := pl.headers(res, 2)
+	hdrs := pl.headers(est, res, 2)
 	hdrs = append(hdrs, header("x-should-retry", "false"))
 	body := errorBody(est, provider.Error{Class: provider.TooLarge, Code: "request_too_large", Message: msg})
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_PayloadTooLarge, hdrs, body,

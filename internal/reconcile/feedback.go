@@ -12,9 +12,8 @@ import (
 // report is what the provider's response headers say about its own budget.
 type report struct {
 	status int
-	// remaining and limit of the provider's token budget; ok when remaining was present.
-	remaining, limit int64
-	ok               bool
+	// budgets are what the headers report of each of the provider's budgets.
+	budgets provider.Budgets
 	// retryAfter is a 429's retry-after (or retry-after-ms).
 	retryAfter time.Duration
 	sse        bool
@@ -38,14 +37,7 @@ func readHeaders(get func(string) (string, bool), d provider.Dialect) report {
 	if v, ok := get("content-encoding"); ok {
 		r.encoding = v
 	}
-	bs := d.Budgets(get)
-	b := bs[provider.Tokens]
-	if !b.OK {
-		b = bs[provider.InputTokens]
-	}
-	if b.OK {
-		r.remaining, r.limit, r.ok = b.Remaining, b.Limit, true
-	}
+	r.budgets = d.Budgets(get)
 	if r.status == 429 {
 		// As the providers' SDKs read it (Stainless-generated _base_client.py): retry-after-ms
 		// first (Azure OpenAI sends it), then retry-after in seconds.
@@ -60,16 +52,24 @@ func readHeaders(get func(string) (string, bool), d provider.Dialect) report {
 	return r
 }
 
-// lowerTarget is the level a bucket of limit ourLimit should hold when the provider reports
-// remaining of its own limit: the provider's used share taken from our limit, so that a limits
-// file set below the provider's limit keeps its margin. ok is false when the report says nothing.
-func lowerTarget(rep report, ourLimit int64) (int64, bool) {
-	if !rep.ok {
+// lowerTarget is the level a bucket of dimension d and limit ourLimit should hold when the
+// provider reports what remains of its own limit in d: the provider's used share taken from our
+// limit, so that a limits file set below the provider's limit keeps its margin. A rounded report
+// is taken as rounded: the truth may be up to half the rounding above it, so only a level above
+// that is lowered (rounding alone never drains a bucket). A tokens bucket reads the input budget
+// when the provider reports no combined one (Anthropic's newer limits). ok is false when the
+// report says nothing of d.
+func lowerTarget(rep report, d provider.Dimension, ourLimit int64) (int64, bool) {
+	b := rep.budgets[d]
+	if !b.OK && d == provider.Tokens {
+		b = rep.budgets[provider.InputTokens]
+	}
+	if !b.OK {
 		return 0, false
 	}
-	target := rep.remaining
-	if rep.limit > ourLimit {
-		target -= rep.limit - ourLimit
+	target := b.Remaining + b.Rounding/2
+	if b.Limit > ourLimit {
+		target -= b.Limit - ourLimit
 	}
 	return target, true
 }

@@ -36,6 +36,9 @@ const (
 const (
 	correctionLower = "lower" // the provider reported less than the bucket held
 	correctionPause = "pause" // a provider 429 paused the bucket
+	// correctionSpendCap: a provider 429 without retry-after (a spend limit or an exhausted
+	// quota, not a rate limit): counted, nothing paused.
+	correctionSpendCap = "spend_cap"
 )
 
 // maxModels bounds the model label: later models count as "other".

@@ -332,10 +332,11 @@ func headerGetter(hm *corev3.HeaderMap) func(string) (string, bool) {
 }
 
 // settle refunds or charges the reservation's token buckets and releases its lease, in one store
-// call:
+// call. Each token bucket settles to what the provider counted in its dimension (counted):
 //
 //   - a reply with usage: a refundable bucket gets back what the usage left unused, every token
-//     bucket is charged the overage; the usage is first bounded (Settlement.bound);
+//     bucket is charged the overage (but a tokens bucket counted by characters, whose admission
+//     count is the provider's own); the usage is first bounded (Settlement.bound);
 //   - a provider 4xx (429 included): a refundable bucket gets back all but
 //     Settlement.KeepOnClientError of its reservation;
 //   - a provider 5xx: a refundable bucket gets back everything;
@@ -366,37 +367,41 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		result = resultUsage
 	}
 	provider := r.Tag
-	actual := u.Tokens()
+	actual := counted(r, u)
 	if found && !failed {
-		if b, why := st.set.bound(r.Prompt + r.Output); actual > b {
+		if b, why := st.set.bound(r.Prompt + r.Output*max(r.Weight, 1)); actual.max() > b {
 			// An upstream reporting more than any answer to this request could use (a bug, a
 			// hostile OpenAI-compatible server): charging it raw would lock the shared buckets.
 			s.m.clamped(provider, why)
 			s.log.Warn("reconcile: reported usage above its bound, clamped",
 				zap.String("reason", why), zap.String("provider", provider),
-				zap.Int64("reported", actual), zap.Int64("bound", b))
-			actual = b
+				zap.Int64("reported", actual.max()), zap.Int64("bound", b))
+			actual.clamp(b)
 		}
 	}
 	adj := make([]bucket.Adjustment, 0, len(r.Buckets))
 	var refund, overage int64
 	for _, b := range r.Buckets {
 		var d int64
+		dim, _ := reservation.Dimension(b.Kind)
 		switch {
 		case b.Kind == reservation.KindConcurrency:
 			if r.Lease != "" && b.Spec.Cost > 0 {
 				adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: 1, Lease: r.Lease})
 			}
 			continue
-		case b.Kind != reservation.KindTokens, failed && !b.Refund:
+		case !reservation.Tokenish(b.Kind), failed && !b.Refund:
 		case clientError:
 			d = b.Spec.Cost - st.set.kept(b.Spec.Cost)
 		case failed:
 			d = b.Spec.Cost
 		case found:
-			d = b.Spec.Cost - actual
+			d = b.Spec.Cost - actual[dim]
 			if d > 0 && !b.Refund {
 				// The rule keeps its reservation (refund: false): only overage is charged.
+				d = 0
+			}
+			if d < 0 && dim == providerTokens && r.CharsCounted {
 				d = 0
 			}
 		}
@@ -431,11 +436,11 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 	}
 	s.m.reconciled(provider, refund, overage)
 	if found && !failed {
-		s.m.usage(provider, r.Model, r.Prompt+r.Output, actual)
+		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
 	}
 	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),
-			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", actual), zap.Int("status", status))
+			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", actual[providerTokens]), zap.Int("status", status))
 	}
 }
 
@@ -457,8 +462,10 @@ func (s *Server) release(r *reservation.Reservation, adj []bucket.Adjustment) er
 	return s.opts.Store.Adjust(ctx, r.Tag, leases)
 }
 
-// feedback lowers the provider_feedback buckets to what the provider reports, and pauses them
-// after a provider 429.
+// feedback lowers the provider_feedback buckets to what the provider reports of each one's
+// dimension, and pauses them after a provider 429 that says when to retry. A 429 without
+// retry-after is no rate limit (Anthropic's spend limit, OpenAI's insufficient_quota): it pauses
+// nothing, and is counted as a spend_cap correction.
 func (s *Server) feedback(st *stream) {
 	r := st.res
 	if r == nil {
@@ -466,11 +473,13 @@ func (s *Server) feedback(st *stream) {
 	}
 	var lv []bucket.Level
 	kind := ""
+	spendCap := st.rep.status == 429 && st.rep.retryAfter <= 0
 	for _, b := range r.Buckets {
-		if !b.Feedback || b.Kind != reservation.KindTokens {
+		dim, ok := reservation.Dimension(b.Kind)
+		if !b.Feedback || !ok {
 			continue
 		}
-		target, ok := lowerTarget(st.rep, b.Spec.Limit)
+		target, ok := lowerTarget(st.rep, dim, b.Spec.Limit)
 		if st.rep.status == 429 && st.rep.retryAfter > 0 && b.Spec.Algorithm != bucket.Quota {
 			p := pauseTarget(b.Spec.Cost, b.Spec.Limit, b.Spec.Period, st.rep.retryAfter)
 			if !ok || p < target {
@@ -482,6 +491,9 @@ func (s *Server) feedback(st *stream) {
 			continue
 		}
 		lv = append(lv, bucket.Level{Spec: b.Spec, Remaining: max(target, -bucket.MaxAmount)})
+	}
+	if spendCap {
+		s.m.corrected(r.Tag, correctionSpendCap)
 	}
 	if len(lv) == 0 {
 		return

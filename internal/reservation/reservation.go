@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 // MetadataNamespace is where Envoy files the dynamic metadata of an ext_authz answer, which it
@@ -20,10 +21,43 @@ const MetadataKey = "reservation"
 // Bucket kinds: what a reserved bucket counts. The check path names its buckets with the same
 // letters.
 const (
-	KindTokens      = 't'
+	KindTokens      = 't' // input plus weighted output
+	KindInput       = 'i' // input tokens
+	KindOutput      = 'o' // weighted output tokens
 	KindRequests    = 'r'
 	KindConcurrency = 'c'
 )
+
+// KindOf is the kind of a bucket of dimension d.
+func KindOf(d provider.Dimension) byte {
+	switch d {
+	case provider.InputTokens:
+		return KindInput
+	case provider.OutputTokens:
+		return KindOutput
+	case provider.Requests:
+		return KindRequests
+	}
+	return KindTokens
+}
+
+// Dimension is the dimension a bucket of kind k counts; ok is false for KindConcurrency.
+func Dimension(k byte) (d provider.Dimension, ok bool) {
+	switch k {
+	case KindTokens:
+		return provider.Tokens, true
+	case KindInput:
+		return provider.InputTokens, true
+	case KindOutput:
+		return provider.OutputTokens, true
+	case KindRequests:
+		return provider.Requests, true
+	}
+	return 0, false
+}
+
+// Tokenish is true for the kinds that count tokens (and settle to a response's usage).
+func Tokenish(k byte) bool { return k == KindTokens || k == KindInput || k == KindOutput }
 
 // Bucket is one bucket a request was charged: its kind, whether the provider's reports may lower
 // it, and its Spec, whose Cost is what the request paid.
@@ -43,19 +77,32 @@ type Reservation struct {
 	Lease string
 	// Model is the model the request named, for metrics.
 	Model string
-	// Prompt and Output are the estimate: prompt tokens and reserved output tokens.
+	// Prompt and Output are the estimate: prompt tokens and reserved output tokens (before
+	// the output weight).
 	Prompt, Output int64
-	Buckets        []Bucket
+	// Weight is the accounting profile's output weight (0 or 1: unweighted), CacheReadsFree
+	// whether its input dimensions give cache reads back: what settlement needs of the profile
+	// the request was counted with.
+	Weight         int64
+	CacheReadsFree bool
+	// CharsCounted: the tokens dimension was counted by the provider's character rule
+	// (provider.MaxOfChars), which admission applied exactly: no usage makes it an overage.
+	CharsCounted bool
+	Buckets      []Bucket
 }
 
-// version starts every encoding, so that a replica of another version can refuse it.
-const version = "r1"
+// version starts every encoding, so that a replica of another version can refuse it; Decode
+// reads the version before it too (r1: no profile word, an unweighted profile counting cache
+// reads).
+const version, version1 = "r2", "r1"
 
 // Encode renders r as one line of space-separated words:
 //
-//	r1 TAG LEASE PROMPT OUTPUT MODEL {KIND ALG[SLOT][f][u] LIMIT PERIOD_MS BURST COST NAME}...
+//	r2 TAG LEASE PROMPT OUTPUT MODEL PROFILE {KIND ALG[SLOT][f][u] LIMIT PERIOD_MS BURST COST NAME}...
 //
-// where ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
+// where PROFILE is the output weight in decimal followed by c when cache reads are free and m
+// when the tokens were counted by characters, and
+// ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
 // bucket, sliding window, daily or monthly quota, concurrency), SLOT the digit of a token bucket's bucket.Spec.Slot (none for 0), then f marks
 // feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
 // every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
@@ -81,6 +128,14 @@ func Append(b []byte, r *Reservation) []byte {
 	b = strconv.AppendInt(b, r.Output, 10)
 	b = append(b, ' ')
 	b = escape(b, r.Model)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, max(r.Weight, 1), 10)
+	if r.CacheReadsFree {
+		b = append(b, 'c')
+	}
+	if r.CharsCounted {
+		b = append(b, 'm')
+	}
 	for i := range r.Buckets {
 		x := &r.Buckets[i]
 		s := &x.Spec
@@ -104,6 +159,9 @@ func Append(b []byte, r *Reservation) []byte {
 	return b
 }
 
+// maxWeight bounds the output weight a reservation may carry.
+const maxWeight = 1000
+
 // ErrMalformed wraps every decoding error.
 var ErrMalformed = errors.New("reservation: malformed")
 
@@ -121,13 +179,16 @@ func numErr(err error) error {
 // field's text (bucket names carry tenant keys).
 func Decode(s string) (*Reservation, error) {
 	w := strings.Fields(s)
-	if len(w) < 6 || w[0] != version {
-		return nil, fmt.Errorf("%w: want %s and 5 fields", ErrMalformed, version)
+	head := 7
+	if len(w) > 0 && w[0] == version1 {
+		head = 6
+	} else if len(w) < 7 || w[0] != version {
+		return nil, fmt.Errorf("%w: want %s and 6 fields", ErrMalformed, version)
 	}
-	if (len(w)-6)%7 != 0 {
+	if len(w) < head || (len(w)-head)%7 != 0 {
 		return nil, fmt.Errorf("%w: %d words", ErrMalformed, len(w))
 	}
-	r := &Reservation{}
+	r := &Reservation{Weight: 1}
 	var err error
 	if r.Tag, err = unescape(w[1]); err != nil {
 		return nil, err
@@ -144,6 +205,19 @@ func Decode(s string) (*Reservation, error) {
 	if r.Model, err = unescape(w[5]); err != nil {
 		return nil, err
 	}
+	if head == 7 {
+		p := w[6]
+		if strings.HasSuffix(p, "m") {
+			r.CharsCounted, p = true, p[:len(p)-1]
+		}
+		if strings.HasSuffix(p, "c") {
+			r.CacheReadsFree, p = true, p[:len(p)-1]
+		}
+		if r.Weight, err = strconv.ParseInt(p, 10, 64); err != nil || r.Weight < 1 || r.Weight > maxWeight {
+			return nil, fmt.Errorf("%w: profile: weight not in [1, %d]", ErrMalformed, maxWeight)
+		}
+	}
+	w = w[head-6:] // the buckets start at w[6]
 	n := (len(w) - 6) / 7
 	if n > bucket.MaxBuckets {
 		return nil, fmt.Errorf("%w: %d buckets", ErrMalformed, n)
@@ -152,7 +226,7 @@ func Decode(s string) (*Reservation, error) {
 	for i := range n {
 		f := w[6+7*i : 13+7*i]
 		x := &r.Buckets[i]
-		if len(f[0]) != 1 || (f[0][0] != KindTokens && f[0][0] != KindRequests && f[0][0] != KindConcurrency) {
+		if len(f[0]) != 1 || (!Tokenish(f[0][0]) && f[0][0] != KindRequests && f[0][0] != KindConcurrency) {
 			return nil, fmt.Errorf("%w: bucket %d: unknown kind", ErrMalformed, i)
 		}
 		x.Kind = f[0][0]

@@ -14,7 +14,10 @@ import (
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	r := &Reservation{Tag: "openai", Lease: "0123abcd", Model: "gpt 4o%\x00é", Prompt: 12, Output: 256,
+		Weight: 5, CacheReadsFree: true, CharsCounted: true,
 		Buckets: []Bucket{
+			{Kind: KindInput, Refund: true, Spec: bucket.Spec{Name: "in", Limit: 30000, Period: time.Minute, Cost: 12, Slot: 3}},
+			{Kind: KindOutput, Refund: true, Feedback: true, Spec: bucket.Spec{Name: "out", Limit: 8000, Period: time.Minute, Cost: 1280}},
 			{Kind: KindTokens, Feedback: true, Refund: true, Spec: bucket.Spec{Name: "openai-per-model:t|m6:gpt-4o", Limit: 40000, Period: time.Minute, Burst: 50000, Cost: 268}},
 			{Kind: KindRequests, Spec: bucket.Spec{Name: "r", Algorithm: bucket.SlidingWindow, Limit: 5, Period: 1500 * time.Millisecond, Cost: 1}},
 			{Kind: KindTokens, Refund: true, Spec: bucket.Spec{Name: "q", Algorithm: bucket.Quota, Calendar: bucket.Month, Limit: 5e7, Cost: 268}},
@@ -31,15 +34,28 @@ func TestRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(r, got); diff != "" {
 		t.Errorf("round trip of %q (-want +got):\n%s", s, diff)
 	}
-	none := &Reservation{Tag: "", Buckets: []Bucket{}}
+	none := &Reservation{Tag: "", Weight: 1, Buckets: []Bucket{}}
 	if got, err := Decode(Encode(none)); err != nil || cmp.Diff(none, got) != "" {
 		t.Errorf("empty reservation: %+v, %v", got, err)
 	}
 }
 
+// A reservation of the version before profiles reads as an unweighted profile counting cache
+// reads.
+func TestDecodeVersion1(t *testing.T) {
+	t.Parallel()
+	got, err := Decode("r1 openai - 12 256 gpt-4o t t 1000 60000 0 268 n")
+	want := &Reservation{Tag: "openai", Model: "gpt-4o", Prompt: 12, Output: 256, Weight: 1,
+		Buckets: []Bucket{{Kind: KindTokens, Spec: bucket.Spec{Name: "n", Limit: 1000, Period: time.Minute, Cost: 268}}}}
+	if err != nil || cmp.Diff(want, got) != "" {
+		t.Errorf("r1: %+v, %v; diff %s", got, err, cmp.Diff(want, got))
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	t.Parallel()
-	for _, s := range []string{"", "r2 openai - 1 2 m", "r1 openai - x 2 m", "r1 openai - 1 2 m t", "r1 openai - 1 2 m x t 1 1 0 1 n",
+	for _, s := range []string{"", "r2 openai - 1 2 m", "r2 openai - 1 2 m 0", "r2 openai - 1 2 m x", "r2 openai - 1 2 m 1001c",
+		"r2 openai - 1 2 m c", "r2 openai - 1 2 m 1 t t 1 1 0 1", "r3 openai - 1 2 m 1", "r1 openai - x 2 m", "r1 openai - 1 2 m t", "r1 openai - 1 2 m x t 1 1 0 1 n",
 		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4",
 		"r1 openai - 1 2 m t t0 1 1 0 1 n", "r1 openai - 1 2 m t t5 1 1 0 1 n", "r1 openai - 1 2 m t s1 1 1 0 1 n", "r1 openai - 1 2 m t t12 1 1 0 1 n"} {
 		if _, err := Decode(s); !errors.Is(err, ErrMalformed) {
@@ -66,6 +82,7 @@ func TestDecodeErrorsCarryNoText(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	f.Add("r1 openai abc 1 2 gpt-4o t tf 100 60000 0 5 name c c 3 600000 0 1 x")
+	f.Add("r2 anthropic abc 1 2 claude 5c i t3u 100 60000 0 5 name o t4uf 10 60000 0 50 name")
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := Decode(s)
 		if err != nil {

@@ -364,6 +364,11 @@ func (s *call) parsed(body []byte, size int64) {
 		s.Est.Stream = s.Doc.Raw(st)[0] == 't'
 	}
 	dialects.Price(&s.Request, root)
+	s.Est.Chars = int64(len(body))
+	if s.Est.OutputUnset {
+		l, _ := s.limits()
+		s.Est.Context = l.Context
+	}
 	if s.HasUnseen() {
 		s.addUnseen()
 	}

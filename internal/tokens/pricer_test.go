@@ -152,6 +152,7 @@ func TestEstimate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got := p.Estimate(tt.in)
+		got.Chars, got.OutputUnset, got.Context = 0, false, 0 // TestAccountingInputs
 		if got != tt.want {
 			t.Errorf("%s:\n got %+v\nwant %+v", tt.name, got, tt.want)
 		}
@@ -293,6 +294,33 @@ func TestLongRunReason(t *testing.T) {
 		exact := 3 + 1 + int64(mustEncoding(t, tiktoken.O200K).CountString("You are a helpful assistant.")) + 3 + 1 + int64(mustEncoding(t, tiktoken.O200K).CountString(tc.run)) + 3
 		if got.Reason != tc.reason || got.PromptTokens != exact {
 			t.Errorf("%q...: got %+v, want reason %q and prompt %d", tc.run[:4], got, tc.reason, exact)
+		}
+	}
+}
+
+// TestAccountingInputs: what the profiles count beyond the prompt and output: the size of the
+// body read field by field (MaxOfChars), and for a request without an output maximum the
+// model's context window (ContextWindow).
+func TestAccountingInputs(t *testing.T) {
+	t.Parallel()
+	p := newPricer(t, Options{})
+	for _, tc := range []struct {
+		name    string
+		in      *Input
+		chars   int64
+		unset   bool
+		context int64
+	}{
+		{"max_tokens given", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[],"max_tokens":5}`), 47, false, 0},
+		{"no output maximum: the model's context", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[]}`), 32, true, 128_000},
+		{"null is no maximum", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[],"max_tokens":null}`), 50, true, 128_000},
+		{"a wrong type is not unset", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[],"max_tokens":"x"}`), 49, false, 0},
+		{"an unread body counts no characters", post("/v1/chat/completions", `{"model":`), 0, false, 0},
+	} {
+		got := p.Estimate(tc.in)
+		if got.Chars != tc.chars || got.OutputUnset != tc.unset || got.Context != tc.context {
+			t.Errorf("%s: chars %d unset %v context %d, want %d %v %d", tc.name, got.Chars, got.OutputUnset, got.Context,
+				tc.chars, tc.unset, tc.context)
 		}
 	}
 }

@@ -40,9 +40,9 @@ func TestUsage(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]provider.Usage{
 		// Cache writes and reads are input too.
-		"messages.json": {Input: 150, Output: 40},
+		"messages.json": {Input: 150, Output: 40, CacheRead: 20, CacheWrite: 30},
 		// message_start carries the input, message_delta the cumulative output.
-		"messages_stream.sse": {Input: 200, Output: 55},
+		"messages_stream.sse": {Input: 200, Output: 55, CacheRead: 20},
 		// The OpenAI SDK compatibility endpoint reports OpenAI's usage.
 		"compat_stream.sse": {Input: 200, Output: 40, Total: 240},
 	} {
@@ -62,12 +62,12 @@ func TestBudget(t *testing.T) {
 		ok   bool
 	}{
 		{map[string]string{"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-limit": "10000",
-			"anthropic-ratelimit-input-tokens-remaining": "1"}, provider.Tokens, provider.Budget{Remaining: 4000, Limit: 10000}, true},
+			"anthropic-ratelimit-input-tokens-remaining": "1"}, provider.Tokens, provider.Budget{Remaining: 4000, Limit: 10000, Rounding: 1000}, true},
 		{map[string]string{"anthropic-ratelimit-input-tokens-remaining": "5000", "anthropic-ratelimit-input-tokens-limit": "10000"},
-			provider.InputTokens, provider.Budget{Remaining: 5000, Limit: 10000}, true},
+			provider.InputTokens, provider.Budget{Remaining: 5000, Limit: 10000, Rounding: 1000}, true},
 		{map[string]string{"anthropic-ratelimit-input-tokens-remaining": "5000"}, provider.Tokens, provider.Budget{}, false},
 		{map[string]string{"anthropic-ratelimit-output-tokens-remaining": "70", "anthropic-ratelimit-output-tokens-limit": "80"},
-			provider.OutputTokens, provider.Budget{Remaining: 70, Limit: 80}, true},
+			provider.OutputTokens, provider.Budget{Remaining: 70, Limit: 80, Rounding: 1000}, true},
 		// The compatibility endpoint speaks OpenAI's dialect.
 		{map[string]string{"x-ratelimit-remaining-tokens": "5", "anthropic-ratelimit-tokens-remaining": "4000"}, provider.Tokens, provider.Budget{Remaining: 5}, true},
 		{map[string]string{"anthropic-ratelimit-requests-remaining": "5"}, provider.Requests, provider.Budget{Remaining: 5}, true},
@@ -81,6 +81,36 @@ func TestBudget(t *testing.T) {
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("%v %v: budget %+v %v, want %+v %v", tc.hdrs, tc.dim, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+func TestProfile(t *testing.T) {
+	t.Parallel()
+	for model, free := range map[string]bool{
+		"claude-sonnet-4-5": true, "claude-opus-4-1-20250805": true, "claude-3-7-sonnet-latest": true,
+		"claude-3-haiku-20240307": false, "claude-3-5-haiku-latest": false, "claude-haiku-4-5": true,
+	} {
+		p := (Dialect{}).Profile(provider.Anthropic, model)
+		if p.CacheReadsFree != free || !p.Settles.Has(provider.InputTokens) || !p.Settles.Has(provider.OutputTokens) ||
+			p.Settles.Has(provider.Tokens) || p.Weight() != 1 || p.Counting != provider.Sum {
+			t.Errorf("%s: profile %+v, want cache reads free %v, input and output settled", model, p, free)
+		}
+	}
+}
+
+func TestRateHeaders(t *testing.T) {
+	t.Parallel()
+	h, ok := (Dialect{}).RateHeaders(provider.Messages, provider.OutputTokens)
+	if want := (provider.RateHeaders{Limit: "anthropic-ratelimit-output-tokens-limit", Remaining: "anthropic-ratelimit-output-tokens-remaining",
+		Reset: "anthropic-ratelimit-output-tokens-reset", ResetAt: true}); !ok || h != want {
+		t.Errorf("Messages output tokens: %+v %v, want %+v", h, ok, want)
+	}
+	// The compatibility endpoint answers in OpenAI's names, which have no input or output.
+	if h, ok := (Dialect{}).RateHeaders(provider.ChatCompletions, provider.Tokens); !ok || h.Limit != "x-ratelimit-limit-tokens" || h.ResetAt {
+		t.Errorf("compatibility endpoint tokens: %+v %v", h, ok)
+	}
+	if _, ok := (Dialect{}).RateHeaders(provider.ChatCompletions, provider.InputTokens); ok {
+		t.Error("compatibility endpoint: input tokens headers")
 	}
 }
 

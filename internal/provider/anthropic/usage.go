@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
@@ -50,8 +51,10 @@ func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
 	return provider.Usage{
 		Input: provider.Count(r.PromptTokens) + provider.Count(r.InputTokens) +
 			provider.Count(r.CacheCreationTokens) + provider.Count(r.CacheReadTokens),
-		Output: provider.Count(r.CompletionTokens) + provider.Count(r.OutputTokens),
-		Total:  provider.Count(r.TotalTokens),
+		Output:     provider.Count(r.CompletionTokens) + provider.Count(r.OutputTokens),
+		CacheRead:  provider.Count(r.CacheReadTokens),
+		CacheWrite: provider.Count(r.CacheCreationTokens),
+		Total:      provider.Count(r.TotalTokens),
 	}, true
 }
 
@@ -75,16 +78,54 @@ func (Dialect) Budgets(get func(string) (string, bool)) provider.Budgets {
 		if rem, ok := provider.HeaderCount(get, k.remaining); ok {
 			limit, _ := provider.HeaderCount(get, k.limit)
 			b[k.d] = provider.Budget{Remaining: rem, Limit: limit, OK: true}
+			if k.d != provider.Requests {
+				// "The number of tokens remaining (rounded to the nearest thousand)" (same page).
+				b[k.d].Rounding = 1000
+			}
 		}
 	}
 	return b
 }
 
-// RateHeaders names OpenAI's headers for now: the anthropic-ratelimit-* family, whose reset is an
-// RFC 3339 instant, is the Anthropic answers' own.
+// RateHeaders names the anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*
+// headers on the Messages API, whose reset is the RFC 3339 instant the budget is full again
+// (https://docs.anthropic.com/en/api/rate-limits#response-headers); the compatibility endpoint
+// is read by OpenAI's SDK, and answers in OpenAI's names.
 func (Dialect) RateHeaders(api provider.API, d provider.Dimension) (provider.RateHeaders, bool) {
-	return openai.Dialect{}.RateHeaders(api, d)
+	if api != provider.Messages {
+		return openai.Dialect{}.RateHeaders(api, d)
+	}
+	if int(d) >= len(rateHeaders) {
+		return provider.RateHeaders{}, false
+	}
+	return rateHeaders[d], true
 }
 
-// Profile is Anthropic's counting, until the room says more: prompt plus max_tokens at admission.
-func (Dialect) Profile(provider.ID, string) provider.Profile { return provider.Profile{} }
+var rateHeaders = [provider.Dimensions]provider.RateHeaders{
+	provider.Tokens: {Limit: "anthropic-ratelimit-tokens-limit", Remaining: "anthropic-ratelimit-tokens-remaining",
+		Reset: "anthropic-ratelimit-tokens-reset", ResetAt: true},
+	provider.InputTokens: {Limit: "anthropic-ratelimit-input-tokens-limit", Remaining: "anthropic-ratelimit-input-tokens-remaining",
+		Reset: "anthropic-ratelimit-input-tokens-reset", ResetAt: true},
+	provider.OutputTokens: {Limit: "anthropic-ratelimit-output-tokens-limit", Remaining: "anthropic-ratelimit-output-tokens-remaining",
+		Reset: "anthropic-ratelimit-output-tokens-reset", ResetAt: true},
+	provider.Requests: {Limit: "anthropic-ratelimit-requests-limit", Remaining: "anthropic-ratelimit-requests-remaining",
+		Reset: "anthropic-ratelimit-requests-reset", ResetAt: true},
+}
+
+// Profile is how Anthropic counts (https://docs.anthropic.com/en/api/rate-limits): input and
+// output tokens per minute are separate budgets, both "estimated at the beginning of each
+// request" and adjusted to the actual usage ("OTPM ... adjusted at the end"), so both settle;
+// cache reads do not count toward ITPM ("cache_read_input_tokens ... do not count towards
+// ITPM") but for the models the page marks, Claude Haiku 3 and 3.5, which count them.
+func (Dialect) Profile(_ provider.ID, model string) provider.Profile {
+	return provider.Profile{
+		CacheReadsFree: !cacheReadsCounted(model),
+		Settles:        provider.DimensionSet(0).With(provider.InputTokens).With(provider.OutputTokens),
+	}
+}
+
+// cacheReadsCounted is true for the models whose cache reads count toward ITPM: Claude 3 Haiku
+// and Claude 3.5 Haiku (claude-3-haiku-*, claude-3-5-haiku-*, and their -latest aliases).
+func cacheReadsCounted(model string) bool {
+	return strings.HasPrefix(model, "claude-3-haiku") || strings.HasPrefix(model, "claude-3-5-haiku")
+}

@@ -109,3 +109,13 @@ func TestAppendError(t *testing.T) {
 		}
 	}
 }
+
+func TestProfile(t *testing.T) {
+	t.Parallel()
+	if p := (Dialect{}).Profile(provider.OpenAI, "gpt-4o"); p != (provider.Profile{}) {
+		t.Errorf("OpenAI: %+v, want prompt plus max_tokens, nothing settled", p)
+	}
+	if p := (Dialect{}).Profile(provider.Azure, "gpt-4o"); p != (provider.Profile{UnsetOutput: provider.ContextWindow}) {
+		t.Errorf("Azure: %+v, want the context window reserved without max_tokens", p)
+	}
+}

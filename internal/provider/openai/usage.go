@@ -87,6 +87,15 @@ func (Dialect) RateHeaders(_ provider.API, d provider.Dimension) (provider.RateH
 	return provider.RateHeaders{}, false
 }
 
-// Profile is OpenAI's and Azure OpenAI's counting, until the rooms say more: prompt plus
-// max_tokens at admission, nothing adjusted afterwards.
-func (Dialect) Profile(provider.ID, string) provider.Profile { return provider.Profile{} }
+// Profile is how OpenAI and Azure OpenAI count: prompt plus max_tokens at admission (Sum; the
+// guide's character rule is the MaxOfChars option, https://platform.openai.com/docs/guides/rate-limits),
+// nothing adjusted afterwards, cached prompt tokens counted like any other ("Caching does not
+// affect rate limits", https://platform.openai.com/docs/guides/prompt-caching). Azure OpenAI
+// reserves the model's context size for a request without max_tokens
+// (https://learn.microsoft.com/en-us/azure/ai-foundry/openai/how-to/quota).
+func (Dialect) Profile(id provider.ID, _ string) provider.Profile {
+	if id == provider.Azure {
+		return provider.Profile{UnsetOutput: provider.ContextWindow}
+	}
+	return provider.Profile{}
+}

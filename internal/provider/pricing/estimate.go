@@ -16,6 +16,14 @@ type Estimate struct {
 	// OutputTokens is the output reserved: max_tokens (or its API's equivalent) times n, or the
 	// configured default.
 	OutputTokens int64
+	// OutputUnset is true when the request names no output maximum: OutputTokens is the
+	// configured default, and Context the model's context window (0 when unknown), for the
+	// providers that reserve that instead (provider.ContextWindow).
+	OutputUnset bool
+	Context     int64
+	// Chars is the size in bytes of the (decoded) body that was read field by field, for the
+	// providers that count characters (provider.MaxOfChars); 0 when it was priced at a bound.
+	Chars int64
 	// Stream is true when the request asks for a streamed response.
 	Stream bool
 	// Exact is true when PromptTokens equals what the provider will count.

@@ -222,8 +222,9 @@ func (r *Request) MaxOutput(root int, def int64, keys ...string) int64 {
 			return v
 		}
 		r.Approx(ReasonWrongType)
-		break
+		return def
 	}
+	r.Est.OutputUnset = true
 	return def
 }
 
