@@ -50,7 +50,10 @@ type Server struct {
 	ErrorLatency time.Duration
 	// Compress compresses replies in a coding the client accepts, as the providers' APIs do.
 	Compress bool
-	Now      func() time.Time
+	// Anthropic, when set, admits Messages requests by Anthropic's own accounting (anthropic.go)
+	// instead of Enforcer's single token budget.
+	Anthropic *Anthropic
+	Now       func() time.Time
 
 	seq atomic.Int64
 	// stored holds each Responses answer's context (its input and output tokens) by id: a
@@ -232,6 +235,10 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, cost, p.Stream
 
+	if anthropic && s.Anthropic != nil {
+		s.anthropicPriced(w, r, p, rec, now)
+		return
+	}
 	enf := s.Enforcer
 	if e, ok := s.KeyEnforcers[rec.Key]; ok {
 		enf = e
@@ -527,7 +534,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, p *Price, id i
 	msg := func(content []any, stopReason any, out int64) map[string]any {
 		return map[string]any{"id": mid, "type": "message", "role": "assistant", "model": p.Model, "content": content,
 			"stop_reason": stopReason, "stop_sequence": nil,
-			"usage": map[string]any{"input_tokens": p.Prompt, "output_tokens": out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+			"usage": map[string]any{"input_tokens": p.Prompt - p.CacheRead - p.CacheWrite, "output_tokens": out,
+				"cache_creation_input_tokens": p.CacheWrite, "cache_read_input_tokens": p.CacheRead}}
 	}
 	w.Header().Set("request-id", fmt.Sprintf("req_mock%d", id))
 	if !p.Stream {
@@ -561,4 +569,40 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, p *Price, id i
 	e.send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
 		"usage": map[string]any{"output_tokens": n}})
 	e.send("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// anthropicPriced admits, answers and settles a Messages request by Anthropic's accounting.
+func (s *Server) anthropicPriced(w http.ResponseWriter, r *http.Request, p *Price, rec *Record, now time.Time) {
+	v := s.Anthropic.Admit(p, now)
+	v.headers(w.Header(), now)
+	c := v.Charge
+	rec.Input, rec.CacheWrite, rec.CacheRead, rec.ITPM, rec.OTPM = c.Input, c.CacheWrite, c.CacheRead, c.ITPM, c.OTPM
+	rec.Cost = c.ITPM + c.OTPM
+	if !v.Admitted {
+		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
+		s.Recorder.Add(rec)
+		words := map[string]string{"requests": "requests per minute", "input_tokens": "input tokens per minute", "output_tokens": "output tokens per minute"}[v.Which]
+		if v.TooLarge {
+			s.errorAnswer(w, true, http.StatusTooManyRequests, "rate_limit_error", "", "This request would exceed your organization's rate limit of "+words+" and can never fit.")
+			return
+		}
+		w.Header().Set("retry-after", strconv.FormatInt(max(int64(math.Ceil(v.Wait.Seconds())), 1), 10))
+		s.errorAnswer(w, true, http.StatusTooManyRequests, "rate_limit_error", "",
+			fmt.Sprintf("This request would exceed the rate limit for your organization (org-mock) of %s. Please try again in %s.", words, v.Wait.Round(time.Millisecond)))
+		return
+	}
+	rec.InFlight = s.Recorder.Start()
+	rec.Status = http.StatusOK
+	out := s.completion(p)
+	q := *p
+	q.CacheRead, q.CacheWrite = c.CacheRead, c.CacheWrite
+	rec.Usage = p.Prompt + out
+	rec.OTPM = out // what OTPM keeps once adjusted
+	defer func() {
+		end := s.Now()
+		s.Anthropic.Settle(p.Model, p.Output, out, end)
+		rec.End = unix(end)
+		s.Recorder.Add(rec)
+	}()
+	s.messages(w, r, &q, s.seq.Add(1))
 }

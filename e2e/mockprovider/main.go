@@ -64,6 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	openaiRPM := fs.Int64("openai-rpm", 0, "OpenAI requests per period per model (0: unlimited)")
 	anthropicTPM := fs.Int64("anthropic-tpm", 40000, "Anthropic tokens per period per model (0: unlimited)")
 	anthropicRPM := fs.Int64("anthropic-rpm", 0, "Anthropic requests per period per model (0: unlimited)")
+	anthropicITPM := fs.Int64("anthropic-itpm", 0, "Anthropic input tokens per period per model; with -anthropic-otpm, Messages requests are admitted by Anthropic's accounting (RPM, ITPM, OTPM, prompt caching) instead of -anthropic-tpm (0 and 0: off)")
+	anthropicOTPM := fs.Int64("anthropic-otpm", 0, "Anthropic output tokens per period per model (see -anthropic-itpm)")
+	cacheMin := fs.Int64("anthropic-cache-min", 1024, "shortest cacheable prompt prefix in tokens")
+	cacheTTL := fs.Duration("anthropic-cache-ttl", 5*time.Minute, "life of a cached prefix, refreshed on each read")
 	latency := fs.Duration("latency", 200*time.Millisecond, "how long an admitted answer takes")
 	completion := fs.Int64("completion-tokens", 16, "most output tokens an answer generates")
 	defaultOutput := fs.Int64("default-output-tokens", 4096, "output reserved when a request names no maximum")
@@ -137,6 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
 		Compress:         *compress,
+		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period),
 		ErrorLatency:     *errorLatency,
 		Now:              time.Now,
 	}
@@ -234,4 +239,12 @@ func probe(ctx context.Context, url string) error {
 		return fmt.Errorf("probe %s: status %d", url, resp.StatusCode)
 	}
 	return nil
+}
+
+// anthropicAccounting is Anthropic's accounting when either token limit is set, else nil.
+func anthropicAccounting(itpm, otpm, rpm, cacheMin int64, ttl, period time.Duration) *Anthropic {
+	if itpm <= 0 && otpm <= 0 {
+		return nil
+	}
+	return &Anthropic{RPM: rpm, ITPM: itpm, OTPM: otpm, CacheMin: cacheMin, CacheTTL: ttl, Period: period}
 }

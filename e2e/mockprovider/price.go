@@ -35,6 +35,11 @@ type Price struct {
 	EncodingFormat string
 	// PreviousResponseID is the Responses turn this request continues ("" when none).
 	PreviousResponseID string
+	// CacheKey names the cacheable prefix of an Anthropic system prompt ("" when none) and
+	// CachePrefix is its tokens, part of Prompt (anthropic.go); CacheRead and CacheWrite are
+	// what the admission found (a read of a cached prefix, or its write).
+	CacheKey                           string
+	CachePrefix, CacheRead, CacheWrite int64
 }
 
 // Cost is the total the request takes from the token budget.
@@ -326,6 +331,16 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 		pr.Prompt = chat(msgs)
 		if p.AnthropicFactor > 0 {
 			pr.Prompt = int64(math.Ceil(float64(pr.Prompt) * p.AnthropicFactor))
+		}
+		if texts, key := systemPrefix(r.Model, fieldOr(body, "system")); key != "" {
+			var n int64
+			for _, t := range texts {
+				n += count(t)
+			}
+			if p.AnthropicFactor > 0 {
+				n = int64(math.Ceil(float64(n) * p.AnthropicFactor))
+			}
+			pr.CacheKey, pr.CachePrefix = key, n
 		}
 		if r.MaxTokens == nil {
 			return nil, fmt.Errorf("price: max_tokens: Field required")

@@ -40,6 +40,14 @@ type Record struct {
 	TooLarge bool   `json:"too_large,omitempty"`
 	Which    string `json:"which,omitempty"`
 	WaitMS   int64  `json:"wait_ms,omitempty"`
+	// Under Anthropic's accounting (-anthropic-itpm, -anthropic-otpm): the usage's input
+	// fields, what ITPM counted, and what OTPM counted (max_tokens while refused, the output
+	// generated once adjusted).
+	Input      int64 `json:"input,omitempty"`
+	CacheWrite int64 `json:"cache_write,omitempty"`
+	CacheRead  int64 `json:"cache_read,omitempty"`
+	ITPM       int64 `json:"itpm,omitempty"`
+	OTPM       int64 `json:"otpm,omitempty"`
 }
 
 // ProviderStats are the counters of one provider.
