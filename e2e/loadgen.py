@@ -38,6 +38,11 @@ def _padded(text: str, n: int) -> str:
     return "".join(lines)
 
 
+# The long system prompt of --cache-every calls: about 1,500 tokens, above Anthropic's 1,024-token
+# minimum for a cached prefix.
+CACHED_SYSTEM = " ".join(f"Rule {i}: answer briefly, cite the policy section {i}, and never invent a figure." for i in range(110))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--proxy", required=True, help="Envoy's listener, used as an HTTP proxy")
@@ -59,6 +64,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ramp", type=float, default=0.0, help="each thread starts after a random delay up to this")
     ap.add_argument("--max-retries", type=int, default=2)
     ap.add_argument("--prompts", default=str(Path(__file__).with_name("prompts.json")))
+    ap.add_argument("--cache-every", type=int, default=0,
+                    help="anthropic: every n-th call of a thread sends the shared long system prompt marked cache_control (0: never)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
 
@@ -97,11 +104,14 @@ def main(argv: list[str]) -> int:
         rate_limited = anthropic.RateLimitError
         status_error = anthropic.APIStatusError
 
-    def call(msgs: list[dict], stream: bool) -> bool:
+    def call(msgs: list[dict], stream: bool, cached: bool = False) -> bool:
         """One call; True when a streamed answer's last event carried the usage."""
         if a.provider == "anthropic":
             system = [m["content"] for m in msgs if m["role"] == "system"]
             kw = {"system": system[0]} if system else {}
+            if cached:
+                # A prefix every cached call shares: written once, then read (prompt caching).
+                kw = {"system": [{"type": "text", "text": CACHED_SYSTEM, "cache_control": {"type": "ephemeral"}}]}
             user = [m for m in msgs if m["role"] != "system"]
             if stream:
                 with client.messages.stream(model=a.model, max_tokens=a.max_tokens, messages=user, **kw) as st:
@@ -148,7 +158,7 @@ def main(argv: list[str]) -> int:
                    [{"role": "user", "content": user}]
             outcome, usage, err = "ok", False, None
             try:
-                usage = call(msgs, stream)
+                usage = call(msgs, stream, a.cache_every > 0 and i % a.cache_every == 0)
             except rate_limited:
                 outcome = "rate_limited"
             except status_error as e:
