@@ -20,7 +20,7 @@ import scenarios as sc
 
 ITPM, OTPM, RPM = 40_000, 8_000, 1_000
 DURATION = 45.0
-MODEL = "claude-sonnet-4-5"
+MODEL = sc.ANTHROPIC_MODEL
 
 
 def _run(workdir, name: str, rules: str) -> dict:
@@ -95,3 +95,51 @@ def test_a_single_tokens_budget_wastes_what_the_provider_allows(runs):
     # far less of what the provider allows.
     assert s["provider_429"] == 0, s
     assert s["itpm_used"] < d["itpm_used"] - 0.2, (s, d)
+
+
+def _metric_sum(stack: h.Stack, prefix: str) -> float:
+    total = 0.0
+    for i in range(stack.replicas):
+        for line in h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode().splitlines():
+            if line.startswith(prefix):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_spend_cap_is_reported_never_paused_and_reaches_the_client(tmp_path):
+    """A 429 without retry-after (the mock's spend limit): the client gets the provider's answer
+    unchanged, the limiter counts it as spend_cap and pauses no bucket: its next checks admit."""
+    import anthropic
+
+    rules = f"""  - name: claude
+    match: {{provider: anthropic}}
+    input_tokens: {{limit: {ITPM}, period: minute}}
+    output_tokens: {{limit: {OTPM}, period: minute}}"""
+    stack = h.Stack("spend-cap", tmp_path / "spend-cap", sc.limits_yaml(rules),
+                    ["-anthropic-itpm", str(ITPM), "-anthropic-otpm", str(OTPM), "-anthropic-spend-cap", "300",
+                     "-latency", "10ms"])
+    try:
+        stack.up()
+        an = anthropic.Anthropic(api_key="sk-spend", base_url="http://api.anthropic.com", max_retries=0,
+                                 http_client=anthropic.DefaultHttpxClient(proxy=stack.proxy, trust_env=False))
+        first = an.messages.with_raw_response.create(model=MODEL, max_tokens=300, messages=[{"role": "user", "content": "hi"}])
+        assert first.status_code == 200
+        refused = []
+        for _ in range(3):
+            try:
+                an.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+            except anthropic.RateLimitError as e:
+                refused.append(e)
+        assert len(refused) == 3, refused
+        for e in refused:
+            # The provider's own answer: its message, no retry-after (the limiter adds none).
+            assert "monthly spend limit" in e.message, e.message
+            assert e.response.headers.get("retry-after") is None, dict(e.response.headers)
+        h.wait_until(lambda: _metric_sum(stack, 'llm_ratelimit_provider_corrections_total{kind="spend_cap"') >= 3, 10,
+                     "spend_cap corrections", stack.replica(0))
+        assert _metric_sum(stack, 'llm_ratelimit_provider_corrections_total{kind="pause"') == 0
+        recs = h.read_jsonl(stack.records_path)
+        # Every refused call reached the provider: the limiter's buckets were not paused.
+        assert [r["which"] for r in recs if r["status"] == 429] == ["spend_cap"] * 3, recs
+    finally:
+        stack.down()

@@ -38,6 +38,13 @@ type Anthropic struct {
 	CacheMin int64
 	CacheTTL time.Duration
 	Period   time.Duration
+	// SpendCap, when positive, is the organisation's spend limit, in tokens admitted (input
+	// counted by ITPM plus max_tokens): past it every request is refused with a 429 that carries
+	// no retry-after, a spend limit being no rate limit (Anthropic's "This request would exceed
+	// your account's monthly spend limit"; the rate-limits page sends retry-after with rate
+	// limits only).
+	SpendCap int64
+	spent    int64
 
 	mu     sync.Mutex
 	meters map[string]*anthropicMeters // by model
@@ -113,6 +120,10 @@ func (a *Anthropic) Admit(p *Price, now time.Time) anthropicVerdict {
 	}
 	c.OTPM = p.Output
 	v := anthropicVerdict{Charge: c}
+	if a.SpendCap > 0 && a.spent >= a.SpendCap {
+		v.Which = "spend_cap"
+		return v
+	}
 	for _, d := range []struct {
 		name string
 		b    *bucket
@@ -132,6 +143,7 @@ func (a *Anthropic) Admit(p *Price, now time.Time) anthropicVerdict {
 	}
 	if !v.TooLarge && v.Wait == 0 {
 		v.Admitted, v.Which = true, ""
+		a.spent += c.ITPM + c.OTPM
 		for _, d := range []struct {
 			b    *bucket
 			cost int64

@@ -92,3 +92,16 @@ func TestSystemPrefix(t *testing.T) {
 		t.Error("blocks without cache_control have a prefix")
 	}
 }
+
+func TestAnthropicSpendCap(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	a := &Anthropic{ITPM: 100_000, OTPM: 100_000, CacheMin: 1024, CacheTTL: time.Minute, Period: time.Minute, SpendCap: 1000}
+	if v := a.Admit(&Price{Model: "m", Prompt: 600, Output: 500}, now); !v.Admitted {
+		t.Fatalf("under the cap: %+v", v)
+	}
+	v := a.Admit(&Price{Model: "m", Prompt: 1, Output: 1}, now)
+	if v.Admitted || v.Which != "spend_cap" || v.Wait != 0 || v.TooLarge {
+		t.Fatalf("past the cap: %+v", v)
+	}
+}

@@ -581,6 +581,11 @@ func (s *Server) anthropicPriced(w http.ResponseWriter, r *http.Request, p *Pric
 	if !v.Admitted {
 		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
 		s.Recorder.Add(rec)
+		if v.Which == "spend_cap" {
+			s.errorAnswer(w, true, http.StatusTooManyRequests, "rate_limit_error", "",
+				"This request would exceed your account's monthly spend limit. Please try again later.")
+			return
+		}
 		words := map[string]string{"requests": "requests per minute", "input_tokens": "input tokens per minute", "output_tokens": "output tokens per minute"}[v.Which]
 		if v.TooLarge {
 			s.errorAnswer(w, true, http.StatusTooManyRequests, "rate_limit_error", "", "This request would exceed your organization's rate limit of "+words+" and can never fit.")

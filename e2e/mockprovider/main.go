@@ -68,6 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicOTPM := fs.Int64("anthropic-otpm", 0, "Anthropic output tokens per period per model (see -anthropic-itpm)")
 	cacheMin := fs.Int64("anthropic-cache-min", 1024, "shortest cacheable prompt prefix in tokens")
 	cacheTTL := fs.Duration("anthropic-cache-ttl", 5*time.Minute, "life of a cached prefix, refreshed on each read")
+	spendCap := fs.Int64("anthropic-spend-cap", 0, "with Anthropic's accounting: refuse every request once this many tokens were admitted, with a 429 without retry-after (0: no cap)")
 	latency := fs.Duration("latency", 200*time.Millisecond, "how long an admitted answer takes")
 	completion := fs.Int64("completion-tokens", 16, "most output tokens an answer generates")
 	defaultOutput := fs.Int64("default-output-tokens", 4096, "output reserved when a request names no maximum")
@@ -141,7 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
 		Compress:         *compress,
-		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period),
+		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),
 		ErrorLatency:     *errorLatency,
 		Now:              time.Now,
 	}
@@ -242,9 +243,9 @@ func probe(ctx context.Context, url string) error {
 }
 
 // anthropicAccounting is Anthropic's accounting when either token limit is set, else nil.
-func anthropicAccounting(itpm, otpm, rpm, cacheMin int64, ttl, period time.Duration) *Anthropic {
+func anthropicAccounting(itpm, otpm, rpm, cacheMin int64, ttl, period time.Duration, spendCap int64) *Anthropic {
 	if itpm <= 0 && otpm <= 0 {
 		return nil
 	}
-	return &Anthropic{RPM: rpm, ITPM: itpm, OTPM: otpm, CacheMin: cacheMin, CacheTTL: ttl, Period: period}
+	return &Anthropic{RPM: rpm, ITPM: itpm, OTPM: otpm, CacheMin: cacheMin, CacheTTL: ttl, Period: period, SpendCap: spendCap}
 }

@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_leases_released_total",
 			Help: "In-flight leases released (ok) or left to expire after lease_ttl (failed)."}, []string{"result"}),
 		corrections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_provider_corrections_total",
-			Help: "Buckets lowered by the provider's rate-limit headers (lower) or paused by its 429 (pause)."}, []string{"provider", "kind"}),
+			Help: "Buckets lowered by the provider's rate-limit headers (lower) or paused by its 429 (pause); 429s without retry-after, which change nothing (spend_cap)."}, []string{"provider", "kind"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconcile_errors_total",
 			Help: "Response-path failures by reason."}, []string{"reason"}),
 		clamps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_usage_clamped_total",
