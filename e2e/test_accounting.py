@@ -143,3 +143,47 @@ def test_spend_cap_is_reported_never_paused_and_reaches_the_client(tmp_path):
         assert [r["which"] for r in recs if r["status"] == 429] == ["spend_cap"] * 3, recs
     finally:
         stack.down()
+
+
+TPM = 40_000
+
+
+def _run_openai(workdir, name: str, accounting: str) -> dict:
+    rules = f"""  - name: openai-per-model
+    match: {{provider: openai}}
+    per: [model]
+    tokens: {{limit: {int(TPM * sc.MARGIN)}, period: minute}}"""
+    limits = sc.limits_yaml(rules) + accounting
+    stack = h.Stack(name, workdir / name, limits,
+                    ["-openai-tpm", str(TPM), "-openai-counting", "max_of_chars", "-latency", "200ms", "-completion-tokens", "16"])
+    try:
+        stack.up()
+        # Long prompts, short answers: the characters decide the provider's count.
+        python = [{"key": f"sk-chars-{i}", "threads": 4, "max_tokens": 32, "model": sc.OPENAI_MODEL, "pad_bytes": 3000,
+                   "stream_every": 2, "offset": 3 * i, "ramp": 2} for i in range(3)]
+        summaries = sc.run_load(stack, name, DURATION, python=python)
+        recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "openai"]
+    finally:
+        stack.down()
+    end = min(x["started"] for x in summaries) + DURATION
+    ok = sorted((r for r in recs if r["status"] == 200 and r["t"] <= end), key=lambda r: r["t"])
+    span = ok[-1]["t"] - ok[0]["t"] if len(ok) > 1 else 0.0
+    allowance = rpt.allowance("token_bucket", TPM, sc.PERIOD, span)
+    return {"provider_429": sum(1 for r in recs if r["status"] == 429), "ok": len(ok), "span_s": round(span, 3),
+            "counted": sum(r["cost"] for r in ok), "used": round(sum(r["cost"] for r in ok) / allowance, 4) if span else 0.0,
+            "client": sc.client_totals(summaries)}
+
+
+def test_openai_character_rule_with_its_profile(tmp_path):
+    """The mock counts OpenAI requests by the guide's character rule. With the matching profile
+    (accounting: max_of_chars) the limiter holds it: no provider 429, the budget used; with the
+    default sum (prompt + max_tokens), which counts these prose prompts lower than their
+    characters / 4, the two disagree and the provider refuses what the limiter let through."""
+    matching = _run_openai(tmp_path, "chars-matching", "accounting:\n  - {provider: openai, counting: max_of_chars}\n")
+    default = _run_openai(tmp_path, "chars-default", "")
+    rpt.write_json("accounting-openai", {"matching": matching, "default": default})
+    assert matching["client"]["errors"] == 0, matching
+    assert matching["client"]["rate_limited"] > 0, matching  # demand above the limit
+    assert matching["provider_429"] == 0, matching
+    assert matching["used"] >= 0.95, matching
+    assert default["provider_429"] > 0, default

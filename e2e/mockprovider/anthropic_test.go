@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestAnthropicAccounting(t *testing.T) {
@@ -103,5 +107,29 @@ func TestAnthropicSpendCap(t *testing.T) {
 	v := a.Admit(&Price{Model: "m", Prompt: 1, Output: 1}, now)
 	if v.Admitted || v.Which != "spend_cap" || v.Wait != 0 || v.TooLarge {
 		t.Fatalf("past the cap: %+v", v)
+	}
+}
+
+// OpenAI's character rule: the larger of max_tokens and the request's characters / 4.
+func TestOpenAICountingMaxOfChars(t *testing.T) {
+	t.Parallel()
+	var rec bytes.Buffer
+	srv := &Server{Pricer: testPricer, Recorder: NewRecorder(TokenBucket, &rec), CompletionTokens: 3, Now: time.Now, CountChars: true,
+		Enforcer: NewEnforcer(TokenBucket, time.Minute, map[string]Limits{"openai": {Tokens: 1_000_000}}, time.Now)}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	long := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("é", 400) + `"}],"max_tokens":10}`
+	short := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":500}`
+	for _, b := range []string{long, short} {
+		if resp, body := post(t, ts.URL+"/v1/chat/completions", b); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	rs := records(t, &rec)
+	if want := int64((utf8.RuneCountInString(long) + 3) / 4); rs[0].Cost != want {
+		t.Errorf("long prompt: cost %d, want %d (characters / 4)", rs[0].Cost, want)
+	}
+	if rs[1].Cost != 500 {
+		t.Errorf("short prompt: cost %d, want max_tokens 500", rs[1].Cost)
 	}
 }

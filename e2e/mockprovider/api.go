@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // maxBody bounds a request body, far above any real provider's limit.
@@ -50,6 +51,9 @@ type Server struct {
 	ErrorLatency time.Duration
 	// Compress compresses replies in a coding the client accepts, as the providers' APIs do.
 	Compress bool
+	// CountChars counts OpenAI requests by the rate-limits guide's character rule instead of
+	// prompt plus max_tokens.
+	CountChars bool
 	// Anthropic, when set, admits Messages requests by Anthropic's own accounting (anthropic.go)
 	// instead of Enforcer's single token budget.
 	Anthropic *Anthropic
@@ -230,6 +234,13 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cost := p.Cost()
+	if s.CountChars && provider == "openai" {
+		// "Your rate limit is calculated as the maximum of max_tokens and the estimated number of
+		// tokens based on the character count of your request"
+		// (https://platform.openai.com/docs/guides/rate-limits; the cookbook's "How to handle
+		// rate limits"): about four characters a token, OpenAI's own rule of thumb.
+		cost = max(p.Output, (int64(utf8.RuneCount(body))+3)/4)
+	}
 	if s.ChargeActual && p.Output > 0 {
 		cost = p.Prompt + s.completion(p)*int64(max(p.N, 1))
 	}

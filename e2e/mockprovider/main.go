@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	keyLatency := fs.String("key-latency", "", "comma-separated KEY=DURATION: the answers to these API keys take this long instead of -latency")
 	keyTPM := fs.String("key-tpm", "", "comma-separated KEY=TOKENS: these API keys are organisations of their own, with this many tokens per period per model on every provider")
+	openaiCounting := fs.String("openai-counting", "sum", "how OpenAI requests are counted: sum (prompt + max_tokens) or max_of_chars (the larger of max_tokens and the request's characters / 4)")
 	charge := fs.String("charge", "reserved", "what a request costs the limits: reserved (prompt + max_tokens, like OpenAI) or actual (prompt + tokens generated)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,6 +92,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *period < time.Second {
 		return fmt.Errorf("-period %s is under 1s", *period)
+	}
+	if *openaiCounting != "sum" && *openaiCounting != "max_of_chars" {
+		return fmt.Errorf("-openai-counting %q is not sum or max_of_chars", *openaiCounting)
 	}
 	if *charge != "reserved" && *charge != "actual" {
 		return fmt.Errorf("-charge %q is not reserved or actual", *charge)
@@ -142,6 +146,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
 		Compress:         *compress,
+		CountChars:       *openaiCounting == "max_of_chars",
 		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),
 		ErrorLatency:     *errorLatency,
 		Now:              time.Now,
