@@ -108,9 +108,14 @@ func definitions(s *pricing.Request, root int) int64 {
 	if !covered {
 		return tools(s, root, "tools", "functions")
 	}
+	// The lines are built in one buffer per request: Count keeps its argument out of the
+	// stack, so a buffer per line would be an allocation per line.
+	line := make([]byte, 0, 512)
 	total := int64(funcEnd)
 	s.Doc.Children(list, func(_, t int) bool {
-		total += perFunc + functionTokens(s, function(s.Doc, t, wrapped))
+		var n int64
+		n, line = functionTokens(s, function(s.Doc, t, wrapped), line)
+		total += perFunc + n
 		return true
 	})
 	return total
@@ -178,16 +183,16 @@ func onlyKeys(d *pricing.Doc, o int, keys ...string) bool {
 	return only
 }
 
-// functionTokens prices one function object the rule covers, without funcInit.
-func functionTokens(s *pricing.Request, f int) int64 {
-	var line [512]byte
-	b := appendText(s.Doc, line[:0], s.Doc.Get(f, "name"))
-	b = append(b, ':')
-	b = appendDesc(s.Doc, b, s.Doc.Get(f, "description"))
-	total := s.Count(b)
+// functionTokens prices one function object the rule covers, without funcInit, building its
+// lines in line; it returns line, grown if need be.
+func functionTokens(s *pricing.Request, f int, line []byte) (int64, []byte) {
+	line = appendText(s.Doc, line[:0], s.Doc.Get(f, "name"))
+	line = append(line, ':')
+	line = appendDesc(s.Doc, line, s.Doc.Get(f, "description"))
+	total := s.Count(line)
 	props := s.Doc.Get(s.Doc.Get(f, "parameters"), "properties")
 	if !s.Doc.NonEmpty(props) {
-		return total
+		return total, line
 	}
 	total += propInit
 	s.Doc.Children(props, func(k, v int) bool {
@@ -199,15 +204,15 @@ func functionTokens(s *pricing.Request, f int) int64 {
 				return true
 			})
 		}
-		b := appendText(s.Doc, line[:0], k)
-		b = append(b, ':')
-		b = appendText(s.Doc, b, s.Doc.Get(v, "type"))
-		b = append(b, ':')
-		b = appendDesc(s.Doc, b, s.Doc.Get(v, "description"))
-		total += s.Count(b)
+		line = appendText(s.Doc, line[:0], k)
+		line = append(line, ':')
+		line = appendText(s.Doc, line, s.Doc.Get(v, "type"))
+		line = append(line, ':')
+		line = appendDesc(s.Doc, line, s.Doc.Get(v, "description"))
+		total += s.Count(line)
 		return true
 	})
-	return total
+	return total, line
 }
 
 // appendDesc appends description i without one trailing ".".
