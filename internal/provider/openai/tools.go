@@ -25,6 +25,9 @@ import (
 // non-string enum items) is a shape the cookbook does not cover, and the whole list is priced as
 // before, by its JSON text plus toolsOverhead (ReasonTools), which errs high.
 //
+// A property key repeated in one object is counted each time (Python's json keeps the last),
+// which errs high.
+//
 // The legacy "functions" list holds the same function objects the rule reads from each tool's
 // "function", so it is priced by the same rule.
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
 
 // The cookbook's counts are computed here independently of the pricer: from Go values, with
@@ -310,4 +311,35 @@ func TestFuncInit(t *testing.T) {
 			t.Errorf("funcInit(%q) = %d, %v, want %d", model, got, ok, want)
 		}
 	}
+}
+
+// FuzzChatTools: any chat body with tool definitions is priced without a panic, never
+// negative, and counting each text by its length never gives less than tokenizing it.
+func FuzzChatTools(f *testing.F) {
+	cl100k := encoding(f, tiktoken.CL100K)
+	cfg := pricing.Config{DefaultOutputTokens: 4096, CL100K: cl100k, O200K: encoding(f, tiktoken.O200K), Fallback: cl100k}
+	for _, fs := range [][]refFunc{{weather}, {forecast, search, noArgs}} {
+		f.Add("gpt-4o", []byte(mustJSON(f, map[string]any{"messages": weatherMessages, "tools": wrap(fs)})))
+		f.Add("gpt-4", []byte(mustJSON(f, map[string]any{"messages": weatherMessages, "functions": fs})))
+	}
+	f.Add("gpt-4o", []byte(`{"messages":[],"tools":[{"type":"function","function":{"name":"a\u0041","description":".","parameters":{"type":"object","properties":{"k\"":{"type":"string","description":"","enum":[]}}}}}]}`))
+	f.Fuzz(func(t *testing.T, model string, body []byte) {
+		priced := func(c pricing.Counting) pricing.Estimate {
+			var sc pricing.Scratch
+			r := pricing.NewRequest(&cfg, &sc, c)
+			if r.Doc.Parse(body) != nil || r.Doc.Kind(0) != pricing.Object {
+				return pricing.Estimate{PromptTokens: -1}
+			}
+			r.Est = pricing.Estimate{Provider: provider.OpenAI, API: provider.ChatCompletions, Model: model}
+			Price(&r, 0)
+			return r.Est
+		}
+		est, byLen := priced(pricing.Tokenize), priced(pricing.ByLength)
+		if est.PromptTokens == -1 {
+			return // not a JSON object
+		}
+		if est.PromptTokens < 0 || est.OutputTokens < 0 || byLen.PromptTokens < est.PromptTokens {
+			t.Fatalf("estimate %+v, by length %+v", est, byLen)
+		}
+	})
 }
