@@ -13,11 +13,11 @@ import (
 // every reply is primed with 3 tokens (<|start|>assistant<|message|>). gpt-3.5-turbo-0301 used
 // 4 per message and -1 per name.
 
-// toolsOverhead is added once when tools, functions or a JSON schema are present: OpenAI renders
-// them into a hidden system message ("# Tools", "## functions", "namespace functions {...}").
-// The definitions themselves are counted as their JSON text, which is longer than that
-// TypeScript-like rendering for typical schemas (quotes, braces and "type"/"properties" keys),
-// so the total errs high.
+// toolsOverhead is added once when tools, functions or a JSON schema are priced by their JSON
+// text (definitions no published rule covers, tools.go): OpenAI renders them into a hidden
+// system message ("# Tools", "## functions", "namespace functions {...}"). Their JSON text is
+// longer than that TypeScript-like rendering for typical schemas (quotes, braces and
+// "type"/"properties" keys), so the total errs high.
 const (
 	toolsOverhead = 20
 	perToolCall   = 5 // per assistant tool call, on top of its JSON text
@@ -106,7 +106,7 @@ func Chat(s *pricing.Request, root int) {
 	})
 	total += 3 // reply priming
 	s.Resent = true
-	total += tools(s, root, "tools", "functions")
+	total += definitions(s, root) // tools.go
 	total += responseFormat(s, s.Doc.Get(root, "response_format"))
 	s.Resent = false
 	s.Est.PromptTokens = total
@@ -162,7 +162,8 @@ func image(s *pricing.Request, url, detail int) int64 {
 	return imageTokens(s.Est.Model, string(d), w, h, s.Config().ImageTokens)
 }
 
-// tools prices tool/function definitions as their JSON text plus the fixed overhead.
+// tools prices tool/function definitions as their JSON text plus the fixed overhead
+// (ReasonTools).
 func tools(s *pricing.Request, root int, keys ...string) int64 {
 	var total int64
 	for _, k := range keys {

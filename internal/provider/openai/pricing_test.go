@@ -79,16 +79,16 @@ func TestChatCookbook(t *testing.T) {
 	}
 }
 
-// TestToolsCookbook: tool pricing is approximate and not below the cookbook's published counts.
+// TestToolsCookbook: tool definitions are priced exactly at the cookbook's published counts,
+// which the API reported there.
 func TestToolsCookbook(t *testing.T) {
 	t.Parallel()
 	c := readCookbook(t)
 	for model, want := range c.ToolsPromptTokens {
 		body := mustJSON(t, map[string]any{"model": model, "messages": c.ToolsMessages, "tools": c.Tools})
 		got := price(t, provider.ChatCompletions, model, body)
-		if got.PromptTokens < want || got.PromptTokens > 2*want || got.Reason != pricing.ReasonTools {
-			t.Errorf("%s: %+v, want approximate (tools) in [%d, %d]", model, got, want, 2*want)
+		if got.PromptTokens != want || got.Reason != "" {
+			t.Errorf("%s: %+v, want prompt %d exact", model, got, want)
 		}
-		t.Logf("%s: tools priced %d, cookbook %d", model, got.PromptTokens, want)
 	}
 }
