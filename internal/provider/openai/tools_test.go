@@ -140,7 +140,7 @@ var (
 	}
 	search = refFunc{
 		Name:        "search_orders",
-		Description: "Recherche les commandes d'un client — état, date, montant…",
+		Description: "Recherche les commandes d'un client — état, date, montant…", //nolint:misspell // French, on purpose: non-ASCII text
 		Parameters: refParams{Type: "object", Properties: map[string]refProp{
 			"status": {Type: "string", Description: "Order status", Enum: []string{"open", "shipped", "cancelled", "returned"}},
 			"since":  {Type: "string", Description: "ISO 8601 date; orders on or after it"},
