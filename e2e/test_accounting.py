@@ -23,6 +23,14 @@ DURATION = 45.0
 MODEL = sc.ANTHROPIC_MODEL
 
 
+def _admitted(recs: list[dict], summaries: list[dict]) -> tuple[list[dict], float]:
+    """The provider's admissions while every client is calling (from the first admission to the
+    first client's deadline: the SDKs' last retries after it are no demand), and their span."""
+    end = min(x["started"] for x in summaries) + DURATION
+    ok = sorted((r for r in recs if r["status"] == 200 and r["t"] <= end), key=lambda r: r["t"])
+    return ok, (ok[-1]["t"] - ok[0]["t"] if len(ok) > 1 else 0.0)
+
+
 def _run(workdir, name: str, rules: str) -> dict:
     stack = h.Stack(name, workdir / name, sc.limits_yaml(rules),
                     ["-anthropic-itpm", str(ITPM), "-anthropic-otpm", str(OTPM), "-anthropic-rpm", str(RPM),
@@ -35,11 +43,7 @@ def _run(workdir, name: str, rules: str) -> dict:
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "anthropic"]
     finally:
         stack.down()
-    # Measured while every client is calling: from the first admission to the first client's
-    # deadline (the SDKs' last retries after it are no demand).
-    end = min(x["started"] for x in summaries) + DURATION
-    ok = sorted((r for r in recs if r["status"] == 200 and r["t"] <= end), key=lambda r: r["t"])
-    span = ok[-1]["t"] - ok[0]["t"] if len(ok) > 1 else 0.0
+    ok, span = _admitted(recs, summaries)
     itpm = sum(r.get("itpm", 0) for r in ok)
     return {
         "provider_429": sum(1 for r in recs if r["status"] == 429),
@@ -165,9 +169,7 @@ def _run_openai(workdir, name: str, accounting: str) -> dict:
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "openai"]
     finally:
         stack.down()
-    end = min(x["started"] for x in summaries) + DURATION
-    ok = sorted((r for r in recs if r["status"] == 200 and r["t"] <= end), key=lambda r: r["t"])
-    span = ok[-1]["t"] - ok[0]["t"] if len(ok) > 1 else 0.0
+    ok, span = _admitted(recs, summaries)
     allowance = rpt.allowance("token_bucket", TPM, sc.PERIOD, span)
     return {"provider_429": sum(1 for r in recs if r["status"] == 429), "ok": len(ok), "span_s": round(span, 3),
             "counted": sum(r["cost"] for r in ok), "used": round(sum(r["cost"] for r in ok) / allowance, 4) if span else 0.0,
