@@ -12,7 +12,9 @@ type costs [provider.Dimensions]int64
 
 // charge is what a request priced est counts in each dimension, the way its provider counts it
 // at admission (prof, the provider's profile after the file's accounting overrides):
-//   - input_tokens: the prompt;
+//   - input_tokens: the prompt, less the prefix the provider is expected to read from its
+//     prompt cache where cache reads are free (est.CacheRead, internal/promptcache; settlement
+//     charges it back if the provider wrote it instead);
 //   - output_tokens: the output reserved (max_tokens, or what prof.UnsetOutput says when the
 //     request names none) times prof's output weight;
 //   - tokens: their sum (Sum), or the larger of the weighted output and the request's characters
@@ -33,8 +35,12 @@ func charge(prof *provider.Profile, est *tokens.Estimate) costs {
 		out = est.Context
 	}
 	out = pricing.SatMul(out, prof.Weight())
+	in := est.PromptTokens
+	if prof.CacheReadsFree {
+		in -= est.CacheRead
+	}
 	var c costs
-	c[provider.InputTokens] = min(est.PromptTokens, bucket.MaxAmount)
+	c[provider.InputTokens] = min(in, bucket.MaxAmount)
 	c[provider.OutputTokens] = min(out, bucket.MaxAmount)
 	switch prof.Counting {
 	case provider.MaxOfChars:
@@ -44,7 +50,7 @@ func charge(prof *provider.Profile, est *tokens.Estimate) costs {
 		}
 		c[provider.Tokens] = min(max(out, chars), bucket.MaxAmount)
 	default:
-		c[provider.Tokens] = min(est.PromptTokens+out, bucket.MaxAmount)
+		c[provider.Tokens] = min(in+out, bucket.MaxAmount)
 	}
 	c[provider.Requests] = 1
 	return c

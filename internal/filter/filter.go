@@ -19,6 +19,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/promptcache"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
@@ -87,6 +88,9 @@ type Options struct {
 	// PricingTimeout is the longest an exact count of a large body may take before its upper
 	// bound answers instead. Default DefaultPricingTimeout.
 	PricingTimeout time.Duration
+	// PromptCache bounds the memory of the prompt-cache prefixes requests sent, from which
+	// admission expects cache reads (internal/promptcache).
+	PromptCache promptcache.Options
 }
 
 // Filter answers ext_authz Check requests. It is safe for concurrent use.
@@ -105,6 +109,8 @@ type Filter struct {
 	storeOK atomic.Int64
 	// pricing counts the exact counts of large bodies running now (see price).
 	pricing atomic.Int64
+	// prompts remembers the prompt-cache prefixes admitted requests sent.
+	prompts *promptcache.Memory
 }
 
 var _ authv3.AuthorizationServer = (*Filter)(nil)
@@ -148,7 +154,7 @@ func New(p *Policy, opts Options) (*Filter, error) {
 		return nil, fmt.Errorf("filter: CheckTimeout %v leaves no time after the store's %v and the answer's margin %v",
 			opts.CheckTimeout, opts.StoreTimeout, opts.HoldMargin)
 	}
-	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics}
+	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics, prompts: promptcache.New(opts.PromptCache)}
 	f.SetPolicy(p)
 	return f, nil
 }
@@ -253,7 +259,11 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 
 	t0 := f.opts.Now()
 	est := f.price(ctx, p, &r.in, start)
-	f.m.priced(&est, f.opts.Now().Sub(t0))
+	t1 := f.opts.Now()
+	f.m.priced(&est, t1.Sub(t0))
+	if est.NCache > 0 {
+		f.prompts.Expect(&est, t1)
+	}
 
 	pl := f.plan(p, r, &est)
 	if len(pl.enforced.Buckets) == 0 && len(pl.shadow.Buckets) == 0 {
@@ -601,8 +611,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // finish records the decision and returns a.
 func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answer) *Answer {
-	d := f.opts.Now().Sub(start)
+	now := f.opts.Now()
+	d := now.Sub(start)
 	dec := a.meta.decision
+	if est.NCache > 0 && forwarded(dec) {
+		f.prompts.Sent(est, now)
+	}
 	f.m.decided(est, pl, dec, d)
 	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		fields := []zap.Field{

@@ -50,6 +50,7 @@ type Metrics struct {
 	errors        *prometheus.CounterVec
 	held          prometheus.Gauge
 	bounds        *prometheus.CounterVec
+	cacheReads    *prometheus.CounterVec
 	models        labelCap
 }
 
@@ -92,9 +93,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "llm_ratelimit_pricing_bounded_total",
 			Help: "Large bodies priced at their upper bound instead of counted, by cause: busy (no pricing slot free), slow (the count did not finish in time), late (no time left for a count).",
 		}, []string{"cause"}),
+		cacheReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_cache_read_tokens_expected_total",
+			Help: "Prompt-cache reads expected at admission of the requests admitted, in tokens, by provider: not reserved where the provider does not count cache reads (settlement charges any that were written instead).",
+		}, []string{"provider"}),
 		models: labelCap{max: 100},
 	}
-	reg.MustRegister(m.decisions, m.ruleDecisions, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds)
+	reg.MustRegister(m.decisions, m.ruleDecisions, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads)
 	return m
 }
 
@@ -120,6 +125,9 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 	}
 	if decision == decisionAllowed || decision == decisionDelayed || decision == decisionLocal {
 		m.tokens.WithLabelValues(provider, model).Add(float64(est.Cost()))
+		if est.CacheRead > 0 {
+			m.cacheReads.WithLabelValues(provider).Add(float64(est.CacheRead))
+		}
 	}
 	blocking := -1
 	if decision == decisionDenied || decision == decisionTooLarge {

@@ -36,6 +36,15 @@ const (
 	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
 )
 
+// forwarded is true for the decisions that send the request on to the provider.
+func forwarded(decision string) bool {
+	switch decision {
+	case decisionAllowed, decisionDelayed, decisionShadow, decisionUnlimited, decisionFailOpen, decisionLocal:
+		return true
+	}
+	return false
+}
+
 func header(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
 		Header:       &corev3.HeaderValue{Key: k, Value: v},

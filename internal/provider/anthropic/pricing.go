@@ -34,25 +34,32 @@ func Price(s *pricing.Request, root int) {
 	messages(s, root)
 }
 
-// messages prices a Messages API body.
+// messages prices a Messages API body, in the order Anthropic builds its cache prefixes
+// (tools, system, messages), recording the prefixes its cache_control blocks mark (cache.go).
 func messages(s *pricing.Request, root int) {
 	s.Approx(pricing.ReasonAnthropicEstimate)
 	var text, images int64 = anthropicBase, 0
-	var blocks func(v int)
-	blocks = func(v int) {
+	var cp cachePrefix
+	cp.start(s, root)
+	f := factor(s)
+	var blocks func(v int, top bool)
+	blocks = func(v int, top bool) {
 		switch s.Doc.Kind(v) {
 		case pricing.String:
+			cp.write(s.Doc, v)
 			text += s.CountText(v)
 			return
 		case pricing.Array:
 		default:
 			if v >= 0 && s.Doc.Kind(v) != pricing.Null {
 				s.Approx(pricing.ReasonWrongType)
+				cp.write(s.Doc, v)
 				text += s.CountRaw(v)
 			}
 			return
 		}
 		s.Doc.Children(v, func(_, b int) bool {
+			marked, ttl := cp.block(s.Doc, b)
 			text += anthropicPerBlock
 			typ := s.Doc.Get(b, "type")
 			switch {
@@ -64,7 +71,7 @@ func messages(s *pricing.Request, root int) {
 				images += image(s, s.Doc.Get(b, "source"))
 			case s.Doc.TextIs(typ, "tool_result"):
 				text += s.CountText(s.Doc.Get(b, "tool_use_id"))
-				blocks(s.Doc.Get(b, "content")) // a string or blocks; nesting is bounded by the parser
+				blocks(s.Doc.Get(b, "content"), false) // a string or blocks; nesting is bounded by the parser
 			case s.Doc.TextIs(typ, "tool_use"):
 				text += s.CountText(s.Doc.Get(b, "name")) + s.CountRaw(s.Doc.Get(b, "input"))
 			case s.Doc.TextIs(typ, "document"):
@@ -87,6 +94,9 @@ func messages(s *pricing.Request, root int) {
 				s.Approx(pricing.ReasonUnpricedPart)
 				text += s.CountRaw(b)
 			}
+			if marked && top {
+				cp.point(s, text, images, f, ttl)
+			}
 			return true
 		})
 	}
@@ -95,8 +105,14 @@ func messages(s *pricing.Request, root int) {
 	if v := s.Doc.Get(root, "mcp_servers"); s.Doc.Kind(v) == pricing.Array && s.Doc.NonEmpty(v) {
 		s.Unseen(pricing.ReasonMCPServers)
 	}
-	s.Resent = true // the system prompt comes with every request
-	blocks(s.Doc.Get(root, "system"))
+	s.Resent = true // tools and the system prompt come with every request
+	if t := s.Doc.Get(root, "tools"); s.Doc.Kind(t) == pricing.Array && s.Doc.NonEmpty(t) {
+		text += anthropicToolsSystem + s.CountRaw(t)
+		if marked, ttl := cp.tools(s.Doc, t); marked {
+			cp.point(s, text, images, f, ttl)
+		}
+	}
+	blocks(s.Doc.Get(root, "system"), true)
 	s.Resent = false
 	msgs := s.Doc.Get(root, "messages")
 	if s.Doc.Kind(msgs) != pricing.Array {
@@ -108,18 +124,19 @@ func messages(s *pricing.Request, root int) {
 		s.Resent = s.Doc.End(m) != end // every message but the last was sent before
 		text += anthropicPerMessage
 		if s.Doc.Kind(m) != pricing.Object {
+			cp.write(s.Doc, m)
 			text += s.CountRaw(m)
 			return true
 		}
-		blocks(s.Doc.Get(m, "content"))
+		cp.write(s.Doc, s.Doc.Get(m, "role"))
+		blocks(s.Doc.Get(m, "content"), true)
 		return true
 	})
-	s.Resent = true
-	if t := s.Doc.Get(root, "tools"); s.Doc.Kind(t) == pricing.Array && s.Doc.NonEmpty(t) {
-		text += anthropicToolsSystem + s.CountRaw(t)
-	}
 	s.Resent = false
-	s.Est.PromptTokens = int64(math.Ceil(float64(text)*factor(s))) + images
+	if marked, ttl := cp.mark(s.Doc, root); marked {
+		cp.point(s, text, images, f, ttl) // automatic caching: the whole prompt
+	}
+	s.Est.PromptTokens = int64(math.Ceil(float64(text)*f)) + images
 	s.Est.OutputTokens = s.MaxOutput(root, s.DefaultOutput(), "max_tokens")
 }
 

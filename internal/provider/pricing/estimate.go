@@ -1,6 +1,10 @@
 package pricing
 
-import "github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+import (
+	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+)
 
 // Estimate is the price of one request: what tokens.Pricer returns and the rooms fill in. A
 // plain value.
@@ -24,12 +28,32 @@ type Estimate struct {
 	// Chars is the size in bytes of the (decoded) body that was read field by field, for the
 	// providers that count characters (provider.MaxOfChars); 0 when it was priced at a bound.
 	Chars int64
+	// CachePoints are the request's prompt-cache breakpoints (Anthropic's cache_control), the
+	// first NCache of them, in prefix order; CacheRead is the tokens of the longest prefix the
+	// provider is expected to read from its cache (internal/promptcache sets it; part of
+	// PromptTokens; 0 when none).
+	CachePoints [MaxCachePoints]CachePoint
+	NCache      int
+	CacheRead   int64
 	// Stream is true when the request asks for a streamed response.
 	Stream bool
 	// Exact is true when PromptTokens equals what the provider will count.
 	Exact bool
 	// Reason says why the estimate is approximate: a stable reason code ("" when Exact).
 	Reason Reason
+}
+
+// MaxCachePoints is the most breakpoints a request marks (Anthropic allows four:
+// https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+const MaxCachePoints = 4
+
+// CachePoint is one cacheable prefix of a request: its key (a hash of the model and the
+// prefix's content, seeded per process, never stored outside it), its estimated tokens, and how
+// long the provider keeps it after its last use.
+type CachePoint struct {
+	Key    uint64
+	Tokens int64
+	TTL    time.Duration
 }
 
 // Cost is the total tokens reserved for the request: prompt plus output.

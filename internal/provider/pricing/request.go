@@ -113,6 +113,9 @@ func NewRequest(cfg *Config, sc *Scratch, c Counting) Request {
 // Config is the configuration the Request was started with.
 func (r *Request) Config() *Config { return r.cfg }
 
+// Tokenizes reports whether texts are counted with the encoding (not ByLength).
+func (r *Request) Tokenizes() bool { return r.counting == Tokenize }
+
 // SetEncoding sets the encoding texts are counted with. The room sets it before it counts.
 func (r *Request) SetEncoding(enc *tiktoken.Encoding) { r.enc = enc }
 
