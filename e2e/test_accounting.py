@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 import harness as h
+import loadgen
 import report as rpt
 import scenarios as sc
 
@@ -192,3 +193,95 @@ def test_openai_character_rule_with_its_profile(tmp_path):
     assert matching["provider_429"] == 0, matching
     assert matching["used"] >= 0.95, matching
     assert default["provider_429"] > 0, default
+
+
+SETTLE_RULES = """  - name: claude
+    match: {provider: anthropic}
+    input_tokens: {limit: 1000000, period: minute}
+    output_tokens: {limit: 1000000, period: minute}"""
+
+
+def _settle_traffic(stack: h.Stack, accept: str | None) -> dict:
+    """The same Anthropic calls, one after the other: JSON and streamed, a cached prefix written
+    then read at once (reserved whole, given back), then read again after the warm-up (expected,
+    not reserved). accept None is the SDK's default Accept-Encoding (gzip, deflate)."""
+    import time
+
+    import anthropic
+
+    hdrs = {"Accept-Encoding": accept} if accept else None
+    an = anthropic.Anthropic(api_key="sk-settle", base_url="http://api.anthropic.com", max_retries=0, default_headers=hdrs,
+                             http_client=anthropic.DefaultHttpxClient(proxy=stack.proxy, trust_env=False))
+    story = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]
+    system = [{"type": "text", "text": loadgen.CACHED_SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    an.messages.create(model=MODEL, max_tokens=200, messages=story)
+    with an.messages.stream(model=MODEL, max_tokens=150, messages=story) as st:
+        st.get_final_message()
+    an.messages.create(model=MODEL, max_tokens=100, system=system, messages=story)
+    with an.messages.stream(model=MODEL, max_tokens=100, system=system, messages=story) as st:
+        st.get_final_message()
+    time.sleep(2.5)  # past the prompt cache's warm-up: the prefix is expected to be read
+    an.messages.create(model=MODEL, max_tokens=120, system=system, messages=story)
+    with an.messages.stream(model=MODEL, max_tokens=80, system=system, messages=story) as st:
+        st.get_final_message()
+    n = 6
+    h.wait_until(lambda: _metric_sum(stack, "llm_ratelimit_reconciled_responses_total{") >= n, 20, f"{stack.name}: settled")
+    records = [r for r in h.read_jsonl(stack.records_path) if r.get("key") == "sk-settle"]
+    entries: dict = {}
+
+    def logged() -> bool:
+        entries.update({e["request_id"]: e for e in sc.access_log(stack) if e.get("request_id")})
+        return all(r["request_id"] in entries for r in records)
+    h.wait_until(logged, 10, f"{stack.name}: every call in Envoy's access log")
+    # The provider's ledger against what admission reserved, dimension by dimension.
+    ledger = {"refund": {"input_tokens": 0, "output_tokens": 0}, "overage": {"input_tokens": 0, "output_tokens": 0}}
+    provider = []
+    for r in records:
+        md = lambda k: int(float(sc.meta(entries[r["request_id"]], k) or 0))  # noqa: E731
+        counted = {"input_tokens": r["itpm"], "output_tokens": r["usage"] - r["prompt"]}
+        reserved = {"input_tokens": md("prompt_tokens") - md("cache_read_tokens"), "output_tokens": md("output_tokens")}
+        for d in counted:
+            ledger["refund"][d] += max(reserved[d] - counted[d], 0)
+            ledger["overage"][d] += max(counted[d] - reserved[d], 0)
+        provider.append({k: r.get(k, 0) for k in ("status", "input", "cache_write", "cache_read", "itpm", "usage")})
+
+    def metric(direction: str, dim: str) -> float:
+        return _metric_sum(stack, f'llm_ratelimit_reconciled_tokens_total{{dimension="{dim}",direction="{direction}",provider="anthropic"}}')
+    return {"calls": n, "provider": provider, "ledger": ledger,
+            "expected_reads": [int(float(sc.meta(entries[r["request_id"]], "cache_read_tokens") or 0)) for r in records],
+            "settled": {k: {d: metric(k, d) for d in ("input_tokens", "output_tokens")} for k in ("refund", "overage")},
+            "decode_errors": _metric_sum(stack, "llm_ratelimit_reconcile_errors_total{")}
+
+
+def test_compressed_replies_settle_each_dimension_like_plain_ones(tmp_path):
+    """With the SDK's default Accept-Encoding the mock compresses every reply (gzip), like the
+    real APIs; with identity it does not. The same calls settle the same refunds and charges in
+    each dimension, and both are the provider's ledger to the token."""
+    import concurrent.futures as cf
+
+    flags = ["-anthropic-itpm", "1000000", "-anthropic-otpm", "1000000", "-anthropic-rpm", "100000", "-latency", "100ms"]
+    stacks = {name: h.Stack(f"settle-{name}", tmp_path / name, sc.limits_yaml(SETTLE_RULES), flags) for name in ("gzip", "plain")}
+    try:
+        with cf.ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda s: s.up(), stacks.values()))
+            futs = {name: pool.submit(_settle_traffic, s, None if name == "gzip" else "identity") for name, s in stacks.items()}
+            res = {name: f.result(timeout=120) for name, f in futs.items()}
+    finally:
+        for s in stacks.values():
+            s.down()
+    rpt.write_json("accounting-compressed", res)
+    gz, plain = res["gzip"], res["plain"]
+    for r in (gz, plain):
+        assert [p["status"] for p in r["provider"]] == [200] * r["calls"], r
+        assert r["decode_errors"] == 0, r
+        # The prefix was written once, read at once (reserved whole) and read after the warm-up
+        # (expected: not reserved).
+        assert sum(1 for p in r["provider"] if p["cache_write"]) == 1, r
+        assert sum(1 for p in r["provider"] if p["cache_read"]) == 3, r
+        assert sum(1 for x in r["expected_reads"] if x > 0) == 2, r
+        # Refunds and overage in each dimension are the provider's ledger to the token.
+        assert r["settled"] == r["ledger"], r
+        assert r["ledger"]["refund"]["input_tokens"] > 0 and r["ledger"]["refund"]["output_tokens"] > 0, r
+    # Compressed or not, the provider counted the same and the limiter settled the same.
+    assert gz["provider"] == plain["provider"], (gz, plain)
+    assert gz["settled"] == plain["settled"], (gz, plain)

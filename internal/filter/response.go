@@ -340,6 +340,9 @@ func (m *metadata) append(b []byte) []byte {
 	b = authzwire.AppendNumberField(b, "output_tokens", float64(est.OutputTokens))
 	b = authzwire.AppendNumberField(b, "cost", float64(est.Cost()))
 	b = authzwire.AppendBoolField(b, "exact", est.Exact)
+	if est.CacheRead > 0 {
+		b = authzwire.AppendNumberField(b, "cache_read_tokens", float64(est.CacheRead))
+	}
 	if est.Reason != "" {
 		b = authzwire.AppendStringField(b, "estimate_reason", string(est.Reason))
 	}

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 // Reason is a stable code for a failure class: a log field and a metric label.
@@ -68,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Actual tokens reported by the provider over the tokens reserved at admission, per response.",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2}}, []string{"provider", "model"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconciled_tokens_total",
-			Help: "Tokens given back (refund) or charged beyond the reservation (overage)."}, []string{"provider", "direction"}),
+			Help: "Tokens given back (refund) or charged beyond the reservation (overage), by dimension (tokens, input_tokens, output_tokens): per response, the most of any one bucket of the dimension."}, []string{"provider", "direction", "dimension"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_ratelimit_leases_held",
 			Help: "In-flight leases whose response this replica is following now."}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_leases_released_total",
@@ -113,15 +115,17 @@ func (m *Metrics) usage(provider, model string, estimate, actual int64) {
 	}
 }
 
-func (m *Metrics) reconciled(provider string, refund, overage int64) {
+func (m *Metrics) reconciled(prov string, refund, overage *dims) {
 	if m == nil {
 		return
 	}
-	if refund > 0 {
-		m.tokens.WithLabelValues(provider, "refund").Add(float64(refund))
-	}
-	if overage > 0 {
-		m.tokens.WithLabelValues(provider, "overage").Add(float64(overage))
+	for d := range provider.Dimension(provider.Dimensions) {
+		if refund[d] > 0 {
+			m.tokens.WithLabelValues(prov, "refund", d.String()).Add(float64(refund[d]))
+		}
+		if overage[d] > 0 {
+			m.tokens.WithLabelValues(prov, "overage", d.String()).Add(float64(overage[d]))
+		}
 	}
 }
 

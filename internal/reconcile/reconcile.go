@@ -380,7 +380,9 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		}
 	}
 	adj := make([]bucket.Adjustment, 0, len(r.Buckets))
-	var refund, overage int64
+	// What this response gave back and charged in each dimension: the most of any one bucket
+	// (several rules' buckets of one dimension settle the same tokens).
+	var refund, overage dims
 	for _, b := range r.Buckets {
 		var d int64
 		dim, _ := reservation.Dimension(b.Kind)
@@ -408,9 +410,9 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		if d != 0 {
 			adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: d})
 			if d > 0 {
-				refund = max(refund, d)
+				refund[dim] = max(refund[dim], d)
 			} else {
-				overage = max(overage, -d)
+				overage[dim] = max(overage[dim], -d)
 			}
 		}
 	}
@@ -434,7 +436,7 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			return
 		}
 	}
-	s.m.reconciled(provider, refund, overage)
+	s.m.reconciled(provider, &refund, &overage)
 	if found && !failed {
 		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
 	}

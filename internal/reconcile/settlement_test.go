@@ -131,7 +131,7 @@ func TestMetricsCountOnlyWhatTheStoreApplied(t *testing.T) {
 		if fail {
 			want = 0
 		}
-		if got := counter(t, m.tokens, "openai", "overage"); got != want {
+		if got := counter(t, m.tokens, "openai", "overage", "tokens"); got != want {
 			t.Errorf("store failing %v: overage counted %v, want %v", fail, got, want)
 		}
 	}

@@ -161,14 +161,16 @@ func (cp *cachePrefix) ttl(d *pricing.Doc, v int) (bool, time.Duration) {
 }
 
 // point records the prefix so far (text tokens before the factor f, images) as a CachePoint,
-// when it is long enough to be cached and the request has fewer than four.
+// when it is long enough to be cached and the request has fewer than four. The conversation
+// wrapper (anthropicBase) is left to the uncached part: a read expected of the prefix must not
+// price what follows it below the provider's count.
 func (cp *cachePrefix) point(s *pricing.Request, text, images int64, f float64, ttl time.Duration) {
 	if !cp.on || text < cp.min || s.Est.NCache >= pricing.MaxCachePoints {
 		return
 	}
 	s.Est.CachePoints[s.Est.NCache] = pricing.CachePoint{
 		Key:    cp.h.Sum64(),
-		Tokens: int64(math.Ceil(float64(text)*f)) + images,
+		Tokens: int64(math.Floor(float64(text-anthropicBase)*f)) + images,
 		TTL:    ttl,
 	}
 	s.Est.NCache++

@@ -40,4 +40,9 @@
 //
 // Output reserved: max_tokens; when absent, the configured default
 // (pricing.Request.DefaultOutput).
+//
+// Prompt caching: each cache_control breakpoint of a Messages body is recorded as a
+// pricing.CachePoint (cache.go: the prefix's key, estimated tokens and lifetime), for
+// internal/promptcache to tell whether the provider will read it. Recording one changes no
+// count.
 package anthropic
