@@ -39,6 +39,30 @@ type Config struct {
 	RefuseUnreadable bool
 	// Accounting are the accounting overrides, in file order (Apply).
 	Accounting []Accounting
+	// Unknown is the policy for requests that are no known provider's API (unknown).
+	Unknown UnknownPolicy
+}
+
+// UnknownPolicy is what a request that is no known provider's API gets (unknown).
+type UnknownPolicy uint8
+
+const (
+	UnknownAllow        UnknownPolicy = iota // the rules that match decide; priced as raw text
+	UnknownRequestsOnly                      // only request limits count it
+	UnknownDeny                              // refused with a 403
+)
+
+var unknownPolicies = map[string]UnknownPolicy{"allow": UnknownAllow, "requests_only": UnknownRequestsOnly, "deny": UnknownDeny}
+
+// String is the policy as the file spells it.
+func (u UnknownPolicy) String() string {
+	switch u {
+	case UnknownRequestsOnly:
+		return "requests_only"
+	case UnknownDeny:
+		return "deny"
+	}
+	return "allow"
 }
 
 // TenantSource is where a request's tenant comes from (tenant.source).
@@ -272,6 +296,9 @@ func (f *File) compile() (*Config, error) {
 		bad("pricing.fallback_encoding", "%q is not o200k_base or cl100k_base", f.Pricing.FallbackEncoding)
 	}
 
+	if c.Unknown, ok = unknownPolicies[f.Unknown]; !ok {
+		bad("unknown", "%q is not one of allow, requests_only, deny", f.Unknown)
+	}
 	if c.FailureMode, ok = failureModes[f.Failure.Mode]; !ok {
 		bad("failure.mode", "%q is not one of deny, allow, local", f.Failure.Mode)
 	}

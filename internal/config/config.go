@@ -42,6 +42,10 @@ type File struct {
 	// Accounting overrides the providers' built-in accounting profiles (how each counts a
 	// request) per provider and model glob; the first matching entry applies.
 	Accounting []AccountingSpec `yaml:"accounting"`
+	// Unknown is what a request that is no known provider's API gets: allow (the rules that
+	// match it decide, its raw body priced as text), requests_only (only request limits count
+	// it) or deny (refused with a 403).
+	Unknown string `yaml:"unknown"`
 	// Rules are the limits. Every rule whose match fits a request applies to it.
 	Rules []RuleSpec `yaml:"rules"`
 }
@@ -326,6 +330,7 @@ func Defaults() File {
 		Settlement: Settlement{KeepOnClientError: 0.25, UsageFactor: 8, MaxUsageTokens: 2_000_000,
 			Decode: []string{"gzip", "deflate", "br", "zstd"}},
 		MaxHeld: 1024,
+		Unknown: "allow",
 	}
 }
 

@@ -39,10 +39,11 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		t.Fatalf("Load = %v, want *Error", err)
 	}
 	want := []string{
-		"line 10: field unknown_key not found in type config.File",
+		"line 11: field unknown_key not found in type config.File",
 		`tenant.source: "cookie" is not one of none, header, principal, context_extension`,
 		`priority.classes.batch.floor: 1.5 is not in [0, 1)`,
 		`priority.default: "vip" is not a class under priority.classes`,
+		`unknown: "sometimes" is not one of allow, requests_only, deny`,
 		`failure.mode: "panic" is not one of deny, allow, local`,
 		`failure.replicas: 0 must be at least 1`,
 		`rules[0].name: "bad name!" must be 1 to 64 of [A-Za-z0-9._-]`,
@@ -59,7 +60,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(err.Error(), "testdata/invalid.yaml: 16 problem(s)") {
+	if !strings.Contains(err.Error(), "testdata/invalid.yaml: 17 problem(s)") {
 		t.Errorf("message does not name the file and count: %v", err)
 	}
 }

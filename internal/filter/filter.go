@@ -20,6 +20,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/promptcache"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
@@ -263,6 +264,9 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	f.m.priced(&est, t1.Sub(t0))
 	if est.NCache > 0 {
 		f.prompts.Expect(&est, t1)
+	}
+	if est.Provider == provider.Unknown && p.Config.Unknown == config.UnknownDeny {
+		return f.finish(start, &est, nil, unknownResponse(&est)), nil
 	}
 
 	pl := f.plan(p, r, &est)

@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_decisions_total",
-			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route, bad_identity), provider and model.",
+			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route, bad_identity, unknown_denied), provider and model.",
 		}, []string{"decision", "provider", "model"}),
 		ruleDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_rule_decisions_total",

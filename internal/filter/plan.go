@@ -85,6 +85,10 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	prov := est.Provider.String()
 	cfg.Apply(&pl.prof, prov, est.Model)
 	pl.cost = charge(&pl.prof, est)
+	// An unpriced API of a provider, and a request of no provider under unknown: requests_only,
+	// take no token budget: request limits alone count them.
+	requestsOnly := est.API == provider.Unpriced ||
+		(est.Provider == provider.Unknown && cfg.Unknown == config.UnknownRequestsOnly)
 	pl.enforced.Tag = prov
 	pl.shadow.Tag = prov
 	name := func(rule *config.Rule, kind byte, window uint8) string {
@@ -121,6 +125,9 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		for pass := range 2 {
 			for i := range rule.Limits {
 				l := &rule.Limits[i]
+				if requestsOnly && l.Dim != provider.Requests {
+					continue
+				}
 				inPair := shared >= 2 && l.Window == 0 && l.Algorithm == bucket.TokenBucket
 				if inPair != (pass == 0) {
 					continue

@@ -34,6 +34,7 @@ const (
 	decisionUnavailable = "unavailable"  // store unreachable, 503
 	decisionBadRoute    = "bad_route"    // invalid context_extensions, 500
 	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
+	decisionUnknown     = "unknown_denied" // no known provider's API under unknown: deny, 403
 )
 
 // forwarded is true for the decisions that send the request on to the provider.
@@ -310,6 +311,15 @@ func badIdentityResponse(est *tokens.Estimate, name string) *Answer {
 		Message: "The " + name + " header must be given once: a request names one identity."})
 	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
 	return deniedResponse(codes.InvalidArgument, typev3.StatusCode_BadRequest, hdrs, body, (*plan)(nil).metadata(est, decisionBadIdentity, 0))
+}
+
+// unknownResponse refuses a request that is no known provider's API, under unknown: deny. The
+// SDKs do not retry a 403.
+func unknownResponse(est *tokens.Estimate) *Answer {
+	body := errorBody(est, provider.Error{Class: provider.Forbidden, Code: "unknown_api",
+		Message: "The rate limiter knows no provider API at this host and path, and its policy (unknown: deny) refuses such requests."})
+	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	return deniedResponse(codes.PermissionDenied, typev3.StatusCode_Forbidden, hdrs, body, (*plan)(nil).metadata(est, decisionUnknown, 0))
 }
 
 // metadata describes the decision and the reservation for access logs and the response path:

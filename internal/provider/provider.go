@@ -53,6 +53,9 @@ const (
 	Responses
 	Embeddings
 	Messages
+	// Unpriced is any other path on a provider's host (images, audio, files, batches, realtime,
+	// models): a request of that provider that takes no token budget of its own.
+	Unpriced
 )
 
 // String returns a stable name used in configuration, logs and metrics.
@@ -68,6 +71,8 @@ func (a API) String() string {
 		return "embeddings"
 	case Messages:
 		return "messages"
+	case Unpriced:
+		return "unpriced"
 	}
 	return "unknown"
 }
@@ -161,6 +166,8 @@ const (
 	Misconfigured
 	// InvalidRequest: the request is malformed (400).
 	InvalidRequest
+	// Forbidden: the limiter's policy refuses the request outright (403).
+	Forbidden
 )
 
 // Error is one error answer, before a dialect renders it.

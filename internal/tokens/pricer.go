@@ -303,6 +303,10 @@ type call struct {
 }
 
 func (s *call) price(in *Input) {
+	if s.Est.API == Unpriced {
+		s.Approx(ReasonUnpricedAPI) // no tokens: request limits count it
+		return
+	}
 	size, partial := s.extent(in)
 	if s.Est.API == UnknownAPI {
 		s.unknownAPI(in, size, partial)

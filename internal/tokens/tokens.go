@@ -22,6 +22,7 @@ type API = provider.API
 // The APIs, as internal/provider/dialects.Recognize returns them.
 const (
 	UnknownAPI      = provider.UnknownAPI
+	Unpriced        = provider.Unpriced
 	ChatCompletions = provider.ChatCompletions
 	Completions     = provider.Completions
 	Responses       = provider.Responses
@@ -64,6 +65,7 @@ type Reason = pricing.Reason
 // Reasons an estimate is approximate. When several apply, Estimate.Reason is the first found.
 const (
 	ReasonUnknownAPI          = pricing.ReasonUnknownAPI
+	ReasonUnpricedAPI         = pricing.ReasonUnpricedAPI
 	ReasonNotJSON             = pricing.ReasonNotJSON
 	ReasonWrongType           = pricing.ReasonWrongType
 	ReasonPartialBody         = pricing.ReasonPartialBody

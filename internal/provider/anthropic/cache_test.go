@@ -117,7 +117,7 @@ func TestCachePointsNotRecorded(t *testing.T) {
 		// Counted by length (a body priced at its bound): no prefix is known.
 		"bound": {"claude-sonnet-4-5", map[string]any{"system": system(long, marker)}, pricing.ByLength},
 		// Not an ephemeral marker.
-		"other type": {"claude-sonnet-4-5", map[string]any{"system": system(long, map[string]any{"type": "persistent"})}, pricing.Tokenize},
+		"other type":    {"claude-sonnet-4-5", map[string]any{"system": system(long, map[string]any{"type": "persistent"})}, pricing.Tokenize},
 		"not an object": {"claude-sonnet-4-5", map[string]any{"system": []any{map[string]any{"type": "text", "text": long, "cache_control": "ephemeral"}}}, pricing.Tokenize},
 	} {
 		tc.body["model"], tc.body["max_tokens"], tc.body["messages"] = tc.model, 10, user("q")

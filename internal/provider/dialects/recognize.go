@@ -22,9 +22,11 @@ import (
 //     /v1/messages endpoint": platform.claude.com/docs/en/api/openai-sdk). That endpoint speaks
 //     OpenAI's dialect (its body, its SDK, its error body) and is Anthropic for every rule.
 //
-// A path a host does not serve (/v1/messages on OpenAI's host, /v1/embeddings on Anthropic's)
-// is UnknownAPI, as is any path outside the priced APIs; an UnknownAPI request has no provider,
-// whatever its host: it is not a priced LLM call.
+// Any other path on a provider's host (images, audio, files, batches, realtime, models, or a
+// priced API the host does not serve, such as /v1/messages on OpenAI's) is that provider's
+// Unpriced API: a request of the provider, counted by request limits only. On a host that is no
+// provider's, a path outside the priced APIs is UnknownAPI, with no provider (the unknown
+// policy of the limits file decides it).
 
 // Recognize returns the provider and API of a request to host (the :authority, any case, with
 // or without a port) and path (the query string is ignored), and the Azure deployment the path
@@ -47,7 +49,7 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 		return pathRoute(p)
 	}
 	if api == provider.UnknownAPI {
-		return provider.Unknown, provider.UnknownAPI, ""
+		api = provider.Unpriced
 	}
 	return prov, api, deployment
 }

@@ -19,17 +19,22 @@ func TestRecognize(t *testing.T) {
 		{"api.openai.com", "/v1/chat/completions", provider.OpenAI, provider.ChatCompletions, ""},
 		{"API.OpenAI.com:443", "/v1/responses?x=1", provider.OpenAI, provider.Responses, ""},
 		{"api.openai.com.", "/v1/embeddings", provider.OpenAI, provider.Embeddings, ""},
-		{"api.openai.com", "/v1/messages", provider.Unknown, provider.UnknownAPI, ""},
+		// Any other path of a provider's host is its unpriced API.
+		{"api.openai.com", "/v1/messages", provider.OpenAI, provider.Unpriced, ""},
+		{"api.openai.com", "/v1/images/generations", provider.OpenAI, provider.Unpriced, ""},
+		{"api.openai.com", "/v1/batches", provider.OpenAI, provider.Unpriced, ""},
+		{"api.openai.com", "/v1/audio/transcriptions", provider.OpenAI, provider.Unpriced, ""},
 		{"api.anthropic.com", "/v1/messages", provider.Anthropic, provider.Messages, ""},
 		{"api.anthropic.com", "/v1/chat/completions", provider.Anthropic, provider.ChatCompletions, ""},
 		{"Api.Anthropic.Com:80", "/v1/chat/completions/", provider.Anthropic, provider.ChatCompletions, ""},
-		{"api.anthropic.com", "/v1/embeddings", provider.Unknown, provider.UnknownAPI, ""},
-		{"api.anthropic.com", "/v1/completions", provider.Unknown, provider.UnknownAPI, ""},
-		{"api.anthropic.com", "/v1/models", provider.Unknown, provider.UnknownAPI, ""},
+		{"api.anthropic.com", "/v1/embeddings", provider.Anthropic, provider.Unpriced, ""},
+		{"api.anthropic.com", "/v1/completions", provider.Anthropic, provider.Unpriced, ""},
+		{"api.anthropic.com", "/v1/models", provider.Anthropic, provider.Unpriced, ""},
 		{"res.openai.azure.com", "/openai/deployments/prod-4o/chat/completions?api-version=2024-10-21", provider.Azure, provider.ChatCompletions, "prod-4o"},
 		{"res.cognitiveservices.azure.com", "/openai/v1/chat/completions", provider.Azure, provider.ChatCompletions, ""},
 		{"RES.OPENAI.AZURE.COM:443", "/openai/deployments/e/embeddings", provider.Azure, provider.Embeddings, "e"},
-		{"res.openai.azure.com", "/v1/messages", provider.Unknown, provider.UnknownAPI, ""},
+		{"res.openai.azure.com", "/v1/messages", provider.Azure, provider.Unpriced, ""},
+		{"res.openai.azure.com", "/openai/deployments/img/images/generations", provider.Azure, provider.Unpriced, "img"},
 		// Unknown hosts keep the path rule.
 		{"", "/v1/chat/completions", provider.OpenAI, provider.ChatCompletions, ""},
 		{"", "/v1/messages", provider.Anthropic, provider.Messages, ""},
@@ -61,7 +66,7 @@ func FuzzRecognize(f *testing.F) {
 		if dep != "" && (prov != provider.Azure || strings.Contains(dep, "/")) {
 			t.Fatalf("Recognize(%q, %q): deployment %q for %v", host, path, dep, prov)
 		}
-		if prov == provider.Anthropic && api != provider.Messages && api != provider.ChatCompletions {
+		if prov == provider.Anthropic && api != provider.Messages && api != provider.ChatCompletions && api != provider.Unpriced {
 			t.Fatalf("Recognize(%q, %q) = anthropic %v", host, path, api)
 		}
 	})

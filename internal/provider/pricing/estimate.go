@@ -69,6 +69,9 @@ const (
 	// text with the fallback encoding (an upper bound for JSON-wrapped text) and the default
 	// output reservation is added.
 	ReasonUnknownAPI Reason = "unknown_api"
+	// ReasonUnpricedAPI: a path of a provider's host outside the priced APIs (images, audio,
+	// files, batches, realtime, models): no tokens are priced; request limits count it.
+	ReasonUnpricedAPI Reason = "unpriced_api"
 	// ReasonNotJSON: the body is not a JSON object the pricer can read (invalid syntax, nesting
 	// deeper than 10,000 levels, a top-level value that is not an object); it is priced at the
 	// upper bound (internal/tokens/bound.go): one token per byte up to the context window, and the top-level
