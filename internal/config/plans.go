@@ -113,6 +113,12 @@ func (c *Config) PlanOf(tenant string) *Plan {
 	return c.DefaultPlan
 }
 
+// AssignedPlan returns the plan assigned to tenant by tenant_plans.table or file, if any.
+func (c *Config) AssignedPlan(tenant string) (*Plan, bool) {
+	p, ok := c.assigned[tenant]
+	return p, ok
+}
+
 // PlanNamed returns the plan called name, else the default plan (nil without plans).
 func (c *Config) PlanNamed(name string) *Plan {
 	if p, ok := c.Plans[name]; ok {

@@ -34,6 +34,8 @@ const (
 	decisionUnavailable = "unavailable"  // store unreachable, 503
 	decisionBadRoute    = "bad_route"    // invalid context_extensions, 500
 	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
+	// decisionUnidentified: no identity (a claim, an API key) while tenant.missing is deny, 401.
+	decisionUnidentified = "unidentified"
 )
 
 func header(k, v string) *corev3.HeaderValueOption {
@@ -303,6 +305,15 @@ func badIdentityResponse(est *tokens.Estimate, name string) *Answer {
 	return deniedResponse(codes.InvalidArgument, typev3.StatusCode_BadRequest, hdrs, body, (*plan)(nil).metadata(est, decisionBadIdentity, 0))
 }
 
+// unidentifiedResponse is the 401 of a request that carries no identity while tenant.missing is
+// deny: what names the identity sought ("the JWT claim [\"org_id\"]", "a provider API key").
+func unidentifiedResponse(est *tokens.Estimate, what string) *Answer {
+	body := errorBody(est, provider.Error{Class: provider.Unauthenticated, Code: string(reasonUnidentified),
+		Message: "The request carries no verified identity (" + what + "): the rate limiter cannot tell whose budget it is."})
+	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	return deniedResponse(codes.Unauthenticated, typev3.StatusCode_Unauthorized, hdrs, body, (*plan)(nil).metadata(est, decisionUnidentified, 0))
+}
+
 // metadata describes the decision and the reservation for access logs and the response path:
 // the values of the answer's dynamic metadata, which fields lists.
 type metadata struct {
@@ -343,6 +354,9 @@ func (m *metadata) append(b []byte) []byte {
 			b = authzwire.AppendASCIIField(b, "tenant", appendTenantHash(h[:0], pl.tenant))
 		}
 		b = authzwire.AppendStringField(b, "priority", pl.priority)
+		if pl.tenantPlan != nil {
+			b = authzwire.AppendStringField(b, "plan", pl.tenantPlan.Name)
+		}
 		b = authzwire.AppendStringField(b, "rules", pl.ruleNames())
 		b = authzwire.AppendStringField(b, "tag", pl.enforced.Tag)
 		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {

@@ -161,6 +161,8 @@ const (
 	Misconfigured
 	// InvalidRequest: the request is malformed (400).
 	InvalidRequest
+	// Unauthenticated: the request carries no identity the limiter can charge (401).
+	Unauthenticated
 )
 
 // Error is one error answer, before a dialect renders it.

@@ -22,6 +22,8 @@ func errorType(c provider.Class) string {
 		return "request_too_large"
 	case provider.InvalidRequest:
 		return "invalid_request_error"
+	case provider.Unauthenticated:
+		return "authentication_error"
 	}
 	return "api_error"
 }
