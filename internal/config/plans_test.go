@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
@@ -276,4 +277,33 @@ func hmacHex(key, msg string) string {
 	m := hmac.New(sha256.New, []byte(key))
 	m.Write([]byte(msg))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// The plain-line reader of tenant_plans.file reads what the YAML decoder reads, or declines.
+func TestPlainAssignments(t *testing.T) {
+	t.Parallel()
+	for _, src := range []string{
+		"a: free\n# comment\n\nteam-b.x/y@z+1=2: pro\r\n123: free\ntrue: pro\nlast: free",
+		"\"quoted: key\": pro\nplain: free\n",
+		"  indented: pro\n",
+		"a: pro # trailing comment\n",
+		"a: {x: 1}\n",
+		"https://example.com/org: pro\n",
+	} {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := readAssignments(&n)
+		got, ok := plainAssignments([]byte(src))
+		if !ok {
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%q (-yaml +plain):\n%s", src, diff)
+		}
+	}
+	if _, ok := plainAssignments([]byte("a: free\nb: pro\n")); !ok {
+		t.Error("the plain reader declined plain lines")
+	}
 }

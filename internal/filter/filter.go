@@ -159,6 +159,23 @@ func (f *Filter) SetPolicy(p *Policy) {
 	f.routes.reset()
 }
 
+// UpdatePolicy makes update's result on the policy in force the policy of every later decision.
+// When another update or SetPolicy replaced the policy meanwhile, update runs again on that one,
+// so that no change is lost. An error leaves the policy as it is.
+func (f *Filter) UpdatePolicy(update func(*Policy) (*Policy, error)) error {
+	for {
+		old := f.policy.Load()
+		p, err := update(old)
+		if err != nil {
+			return err
+		}
+		if f.policy.CompareAndSwap(old, p) {
+			f.routes.reset()
+			return nil
+		}
+	}
+}
+
 // Policy returns the policy in force.
 func (f *Filter) Policy() *Policy { return f.policy.Load() }
 
