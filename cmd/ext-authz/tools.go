@@ -18,6 +18,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
@@ -46,6 +48,10 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, err)
 		return exitCode(1)
 	}
+	if len(c.Plans) > 0 {
+		fmt.Fprintf(stdout, "%s: ok (%d rules, %d plans, %d tenants assigned, default plan %s)\n", fs.Arg(0), len(c.Rules), len(c.Plans), c.Assigned(), c.DefaultPlan.Name)
+		return nil
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d rules)\n", fs.Arg(0), len(c.Rules))
 	return nil
 }
@@ -58,6 +64,8 @@ type requestFlags struct {
 	headers headerList
 	ext     headerList
 	source  string
+	jwt     string
+	jwtKey  string
 }
 
 type headerList []string
@@ -72,6 +80,8 @@ func (rf *requestFlags) register(fs *flag.FlagSet) {
 	fs.Var(&rf.headers, "H", "request header 'name: value' (repeatable)")
 	fs.Var(&rf.ext, "ext", "route context_extensions entry 'key=value' (repeatable)")
 	fs.StringVar(&rf.source, "principal", "", "the peer's mTLS principal (source.principal)")
+	fs.StringVar(&rf.jwt, "jwt", "", "a verified JWT's payload as JSON, as Envoy's jwt_authn passes it in metadata_context")
+	fs.StringVar(&rf.jwtKey, "jwt-key", "jwt_payload", "jwt_authn's payload_in_metadata (the limits file's jwt.payload_in_metadata)")
 }
 
 func (rf *requestFlags) build(body []byte) (*authv3.CheckRequest, error) {
@@ -95,14 +105,23 @@ func (rf *requestFlags) build(body []byte) (*authv3.CheckRequest, error) {
 		}
 		ext[k] = v
 	}
-	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source: &authv3.AttributeContext_Peer{Principal: rf.source},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Method: rf.method, Path: rf.path, Host: rf.host, Headers: hdr,
 			Size: int64(len(body)), RawBody: body, Protocol: "HTTP/1.1",
 		}},
 		ContextExtensions: ext,
-	}}, nil
+	}}
+	if rf.jwt != "" {
+		payload := &structpb.Struct{}
+		if err := protojson.Unmarshal([]byte(rf.jwt), payload); err != nil {
+			return nil, fmt.Errorf("-jwt: %w", err)
+		}
+		st := &structpb.Struct{Fields: map[string]*structpb.Value{rf.jwtKey: structpb.NewStructValue(payload)}}
+		req.Attributes.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{config.JWTNamespace: st}}
+	}
+	return req, nil
 }
 
 func readBody(fs *flag.FlagSet, stdin io.Reader) ([]byte, error) {
@@ -163,7 +182,11 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		exact = "approximate (" + string(e.Reason) + ")"
 	}
 	fmt.Fprintf(tw, "count\t%s\nstream\t%v\npriced in\t%s\n", exact, e.Stream, took.Round(time.Microsecond))
-	fmt.Fprintf(tw, "tenant\t%q\npriority\t%s\nrules\t%s\n", x.Tenant, x.Priority, strings.Join(x.Rules, ", "))
+	fmt.Fprintf(tw, "tenant\t%q (from %s)\npriority\t%s\n", x.Tenant, x.TenantSource, x.Priority)
+	if x.Plan != "" {
+		fmt.Fprintf(tw, "plan\t%s (from %s)\n", x.Plan, x.PlanSource)
+	}
+	fmt.Fprintf(tw, "rules\t%s\n", strings.Join(x.Rules, ", "))
 	tw.Flush()
 	if len(x.Buckets) == 0 {
 		fmt.Fprintln(stdout, "buckets: none (no rule applies: the request is not limited)")

@@ -8,8 +8,9 @@
 // fields are skipped) and fails exactly where it fails; the values it returns point into the
 // encoding, which must not change while they are in use. AppendResponse's encoding decodes to
 // the same message as proto.Marshal's, or it declines: a field it does not write is never
-// dropped. Reading allocates nothing but the context_extensions map; writing grows the buffer
-// once.
+// dropped. Reading allocates nothing but the context_extensions map; metadata_context is kept
+// encoded and read only when a decision asks for a value in it (Request.MetadataString), which
+// allocates nothing but a number's text; writing grows the buffer once.
 //
 // It owns the encoding only, no decision: it must never import internal/filter,
 // internal/bucket, internal/config or the provider packages.

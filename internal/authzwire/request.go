@@ -70,8 +70,11 @@ type Request struct {
 	Size      int64
 	Principal string            // attributes.source.principal
 	Ext       map[string]string // context_extensions; nil when the route sends none
-	Header    [HeaderCount]string
-	Has       [HeaderCount]bool // whether the header at the same index was sent
+	// Metadata is the encoding of attributes.metadata_context (config.core.v3.Metadata), read
+	// only when asked (MetadataString); nil when Envoy sends none.
+	Metadata []byte
+	Header   [HeaderCount]string
+	Has      [HeaderCount]bool // whether the header at the same index was sent
 }
 
 // Decode reads data, an encoded CheckRequest, into w. tenantHeader and priorityHeader name
@@ -103,6 +106,9 @@ func Decode(data []byte, tenantHeader, priorityHeader string, w *Request) error 
 					w.HTTP = true
 					return decodeHTTP(v, tenantHeader, priorityHeader, w)
 				})
+			case fieldAttrMetadata:
+				// Envoy sends it once; a repeated occurrence replaces it (protobuf would merge).
+				w.Metadata = v
 			case fieldAttrExtensions:
 				k, val, err := mapEntry(v)
 				if err != nil {

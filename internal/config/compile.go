@@ -41,6 +41,34 @@ type Config struct {
 	Accounting []Accounting
 	// Unknown is the policy for requests that are no known provider's API (unknown).
 	Unknown UnknownPolicy
+	// JWTPayload is jwt.payload_in_metadata: the field of the jwt_authn namespace holding a
+	// verified token's payload.
+	JWTPayload string
+	// TenantClaim is tenant.claim with TenantFromClaim.
+	TenantClaim ClaimPath
+	// DenyUnidentified: a request without its identity is refused (tenant.missing: deny).
+	DenyUnidentified bool
+	// PrioritySource is priority.source; PriorityClaim its claim with PriorityFromClaim;
+	// PrincipalClasses are priority.principals compiled, in file order.
+	PrioritySource   PrioritySource
+	PriorityClaim    ClaimPath
+	PrincipalClasses []PrincipalClassRule
+	// Plans are the compiled plans by name; DefaultPlan is tenant_plans.default's (nil without
+	// plans).
+	Plans       map[string]*Plan
+	DefaultPlan *Plan
+	// PlanSource is tenant_plans.source; PlanClaim its claim with PlanFromClaim.
+	PlanSource PlanSource
+	PlanClaim  ClaimPath
+	// PlansFile is tenant_plans.file's path ("" when none), relative to the working directory.
+	PlansFile string
+	// UsesPlans: some rule has limits_from: plan.
+	UsesPlans bool
+
+	// assigned maps a tenant to its plan: tenant_plans.table and tenant_plans.file.
+	assigned map[string]*Plan
+	// keySalt is the secret of KeyTenant (tenant.source: api_key).
+	keySalt []byte
 }
 
 // UnknownPolicy is what a request that is no known provider's API gets (unknown).
@@ -73,10 +101,23 @@ const (
 	TenantFromHeader                               // the header tenant.header
 	TenantFromPrincipal                            // the peer's principal (mTLS identity)
 	TenantFromContextExtension                     // the route's context_extensions
+	TenantFromClaim                                // a claim of the JWT that jwt_authn verified
+	TenantFromAPIKey                               // a salted hash of the provider API key
 )
 
 var tenantSources = map[string]TenantSource{
 	"none": TenantNone, "header": TenantFromHeader, "principal": TenantFromPrincipal, "context_extension": TenantFromContextExtension,
+	"claim": TenantFromClaim, "api_key": TenantFromAPIKey,
+}
+
+// String is the source as the file spells it.
+func (s TenantSource) String() string {
+	for name, v := range tenantSources {
+		if v == s {
+			return name
+		}
+	}
+	return "none"
 }
 
 // FailureMode is what a decision does while the shared store cannot decide (failure.mode).
@@ -142,6 +183,8 @@ type Rule struct {
 	// Refund: the unused part of the rule's token reservation is given back from the usage the
 	// response reports.
 	Refund bool
+	// FromPlan: the rule's limits are each tenant's plan's (limits_from: plan); Limits is empty.
+	FromPlan bool
 }
 
 // DimLimit is one window of one dimension of a rule.
@@ -213,7 +256,7 @@ const (
 	maxPeriod = 31 * 24 * time.Hour
 )
 
-func (f *File) compile() (*Config, error) {
+func (f *File) compile(dir string) (*Config, error) {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
@@ -222,7 +265,7 @@ func (f *File) compile() (*Config, error) {
 	source, ok := tenantSources[f.Tenant.Source]
 	switch {
 	case !ok:
-		bad("tenant.source", "%q is not one of none, header, principal, context_extension", f.Tenant.Source)
+		bad("tenant.source", "%q is not one of none, header, principal, context_extension, claim, api_key", f.Tenant.Source)
 	case source == TenantFromHeader && f.Tenant.Header == "":
 		bad("tenant.header", "required with tenant.source: header")
 	}
@@ -262,6 +305,8 @@ func (f *File) compile() (*Config, error) {
 		c.TenantClasses = append(c.TenantClasses, TenantClassRule{Tenant: NewGlob(tc.Tenant), Class: tc.Class, Floor: fl})
 	}
 	f.Priority.Header = strings.ToLower(f.Priority.Header)
+	f.compileIdentity(c, bad)
+	errs = append(errs, f.compilePlans(c, dir, bad)...)
 
 	if f.Pricing.DefaultOutputTokens < 0 || f.Pricing.DefaultOutputTokens > maxLimit {
 		bad("pricing.default_output_tokens", "%d is out of range", f.Pricing.DefaultOutputTokens)
@@ -347,6 +392,20 @@ func (f *File) compile() (*Config, error) {
 			errs = append(errs, err)
 			continue
 		}
+		if r.FromPlan {
+			c.UsesPlans = true
+			if len(c.Plans) == 0 {
+				bad(key+".limits_from", "plan needs plans (and tenant_plans.default)")
+			}
+			for _, pl := range c.Plans {
+				if r.Refund && !planTokenish(pl) {
+					bad(key+".refund", "plans.%s has no tokens, input_tokens or output_tokens: refunds give tokens back", pl.Name)
+				}
+				if r.Refund && planSliding(pl) {
+					bad(key+".refund", "plans.%s has a sliding window, which keeps its reservations: use token_bucket or quota to refund", pl.Name)
+				}
+			}
+		}
 		if j, dup := seen[r.Name]; dup {
 			bad(key+".name", "%q is already the name of rules[%d]", r.Name, j)
 		}
@@ -375,9 +434,7 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 	}
 	if r.Name == "" {
 		bad("name", "must not be empty")
-	} else if len(r.Name) > 64 || strings.ContainsFunc(r.Name, func(c rune) bool {
-		return !(c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
-	}) {
+	} else if !validName(r.Name) {
 		bad("name", "%q must be 1 to 64 of [A-Za-z0-9._-]", r.Name)
 	}
 	out := &Rule{
@@ -411,14 +468,24 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		}
 		out.Per |= bit
 	}
-	dims := [...]struct {
-		d provider.Dimension
-		a Amounts
-	}{
-		{provider.Tokens, r.Tokens}, {provider.InputTokens, r.InputTokens},
-		{provider.OutputTokens, r.OutputTokens}, {provider.Requests, r.Requests},
-	}
 	tokenish := len(r.Tokens)+len(r.InputTokens)+len(r.OutputTokens) > 0
+	switch r.LimitsFrom {
+	case "":
+	case "plan":
+		out.FromPlan = true
+		if tokenish || len(r.Requests) > 0 {
+			bad("limits_from", "plan takes the limits from the tenant's plan: remove tokens, input_tokens, output_tokens and requests")
+		}
+		if out.Per&PerTenant == 0 {
+			bad("limits_from", "plan needs per: [tenant] (each tenant its own buckets, with its plan's limits)")
+		}
+		if r.ProviderFeedback {
+			bad("provider_feedback", "does not apply with limits_from: plan (the provider's limits are not per tenant)")
+		}
+		tokenish = true // the plans are checked with the file's
+	default:
+		bad("limits_from", "%q is not plan", r.LimitsFrom)
+	}
 	if !tokenish && len(r.Requests) == 0 && r.MaxConcurrent == 0 {
 		bad("tokens", "a rule needs tokens, input_tokens, output_tokens, requests or max_concurrent")
 	}
@@ -444,29 +511,9 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 	if r.Refund && !tokenish {
 		bad("refund", "needs tokens, input_tokens or output_tokens: refunds give tokens back")
 	}
-	for _, x := range dims {
-		if len(x.a) > MaxWindows {
-			bad(x.d.String(), "%d windows: at most %d", len(x.a), MaxWindows)
-			continue
-		}
-		for w := range x.a {
-			k := key + "." + x.d.String()
-			if len(x.a) > 1 {
-				k = fmt.Sprintf("%s[%d]", k, w)
-			}
-			if r.Refund && x.d != provider.Requests && x.a[w].Algorithm == "sliding_window" {
-				// A refund must leave the sub-window the reservation was admitted in; any other
-				// one would under-count the window until it leaves it.
-				bad("refund", "a sliding window keeps its reservations (%s): use token_bucket or quota to refund", k)
-			}
-			l, err := compileAmount(&x.a[w], k)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			out.Limits = append(out.Limits, DimLimit{Dim: x.d, Window: uint8(w), Limit: *l})
-		}
-	}
+	lims, lerrs := compileLimits(dimsOf(&r.Tokens, &r.InputTokens, &r.OutputTokens, &r.Requests), key, r.Refund)
+	errs = append(errs, lerrs...)
+	out.Limits = lims
 	if out.MaxWait > time.Minute {
 		bad("max_wait", "%v is above 1m (a held request must finish within Envoy's ext_authz timeout)", out.MaxWait)
 	}
@@ -474,6 +521,76 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// dimAmounts are the windows of one dimension as written.
+type dimAmounts struct {
+	d provider.Dimension
+	a Amounts
+}
+
+// dimsOf lists the dimensions of a rule or a plan in the order of Rule.Limits.
+func dimsOf(tokens, input, output, requests *Amounts) [4]dimAmounts {
+	return [...]dimAmounts{
+		{provider.Tokens, *tokens}, {provider.InputTokens, *input},
+		{provider.OutputTokens, *output}, {provider.Requests, *requests},
+	}
+}
+
+// compileLimits compiles the windows of each dimension; key is the rule's or plan's path, refund
+// the rule's refund (a sliding window cannot give a reservation back).
+func compileLimits(dims [4]dimAmounts, key string, refund bool) ([]DimLimit, []error) {
+	var errs []error
+	var out []DimLimit
+	for _, x := range dims {
+		if len(x.a) > MaxWindows {
+			errs = append(errs, fmt.Errorf("%s.%s: %d windows: at most %d", key, x.d, len(x.a), MaxWindows))
+			continue
+		}
+		for w := range x.a {
+			k := key + "." + x.d.String()
+			if len(x.a) > 1 {
+				k = fmt.Sprintf("%s[%d]", k, w)
+			}
+			if refund && x.d != provider.Requests && x.a[w].Algorithm == "sliding_window" {
+				// A refund must leave the sub-window the reservation was admitted in; any other
+				// one would under-count the window until it leaves it.
+				errs = append(errs, fmt.Errorf("%s.refund: a sliding window keeps its reservations (%s): use token_bucket or quota to refund", key, k))
+			}
+			l, err := compileAmount(&x.a[w], k)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			out = append(out, DimLimit{Dim: x.d, Window: uint8(w), Limit: *l})
+		}
+	}
+	return out, errs
+}
+
+// validName reports whether s is a name of a rule or a plan: 1 to 64 of [A-Za-z0-9._-].
+func validName(s string) bool {
+	return s != "" && len(s) <= 64 && !strings.ContainsFunc(s, func(c rune) bool {
+		return !(c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+	})
+}
+
+func planTokenish(p *Plan) bool {
+	for _, l := range p.Limits {
+		if l.Dim != provider.Requests {
+			return true
+		}
+	}
+	return false
+}
+
+func planSliding(p *Plan) bool {
+	for _, l := range p.Limits {
+		if l.Dim != provider.Requests && l.Algorithm == bucket.SlidingWindow {
+			return true
+		}
+	}
+	return false
 }
 
 func compileAmount(a *Amount, key string) (*Limit, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -36,6 +37,13 @@ type File struct {
 	Shadow bool `yaml:"shadow"`
 	// MaxHeld bounds the requests held at once for a max_wait reservation.
 	MaxHeld int `yaml:"max_held"`
+	// JWT says where Envoy's jwt_authn filter puts a verified token's payload (tenant.claim,
+	// priority.claim and tenant_plans.claim read it).
+	JWT JWT `yaml:"jwt"`
+	// Plans are named sets of limits; a rule with limits_from: plan takes each tenant's own.
+	Plans map[string]PlanSpec `yaml:"plans"`
+	// TenantPlans says which plan each tenant is on.
+	TenantPlans TenantPlans `yaml:"tenant_plans"`
 	// Credentials are the operator's own provider credentials, from which provider_feedback
 	// rules accept corrections.
 	Credentials Credentials `yaml:"credentials"`
@@ -74,10 +82,19 @@ type AccountingSpec struct {
 
 // Tenant configures tenant identity.
 type Tenant struct {
-	// Source is one of: none, header, principal, context_extension.
+	// Source is one of: none, header, principal, context_extension, claim, api_key.
 	Source string `yaml:"source"`
 	// Header is the header name with source: header (lower case, set by the mesh).
 	Header string `yaml:"header"`
+	// Claim is the path of the tenant in a verified JWT's payload, with source: claim.
+	Claim ClaimPath `yaml:"claim"`
+	// KeySaltFile and KeySaltEnv name the secret salt (a file, or an environment variable)
+	// with source: api_key: the tenant is a salted hash of the provider API key, never the key.
+	KeySaltFile string `yaml:"key_salt_file"`
+	KeySaltEnv  string `yaml:"key_salt_env"`
+	// Missing is what a request without its identity gets: default (tenant.default) or deny
+	// (401). Default: deny with source claim or api_key, default otherwise.
+	Missing string `yaml:"missing"`
 	// Default is the tenant of a request that carries none.
 	Default string `yaml:"default"`
 	// Log is how the answer's dynamic metadata (and so Envoy's access log) names the tenant:
@@ -87,8 +104,17 @@ type Tenant struct {
 
 // Priority configures priority classes.
 type Priority struct {
+	// Source is where the class comes from: header (default), claim, principal,
+	// context_extension (the route's "priority" key) or tenant (priority.tenants only). With any
+	// but header, the priority header is ignored.
+	Source string `yaml:"source"`
 	// Header carries the class name; a missing or unknown class is Default.
 	Header string `yaml:"header"`
+	// Claim is the path of the class in a verified JWT's payload, with source: claim.
+	Claim ClaimPath `yaml:"claim"`
+	// Principals give the peers matching a glob their class (first match), with source:
+	// principal.
+	Principals []PrincipalClass `yaml:"principals"`
 	// Default is the class of a request that names none.
 	Default string `yaml:"default"`
 	// Classes maps a class name to its floor: the fraction of each bucket it may not take.
@@ -102,6 +128,12 @@ type Priority struct {
 type TenantClass struct {
 	Tenant string `yaml:"tenant"`
 	Class  string `yaml:"class"`
+}
+
+// PrincipalClass is the priority class of the mTLS peers matching a glob.
+type PrincipalClass struct {
+	Principal string `yaml:"principal"`
+	Class     string `yaml:"class"`
 }
 
 // Class is one priority class.
@@ -221,6 +253,9 @@ type RuleSpec struct {
 	// (OpenAI describes its limit so) would then admit less than the limiter. Overage is charged
 	// whatever this says. Default false: the reservation stands, as the provider counted it.
 	Refund bool `yaml:"refund"`
+	// LimitsFrom: plan takes the rule's limits from each tenant's plan (plans, tenant_plans)
+	// instead of tokens, input_tokens, output_tokens and requests. Needs per: [tenant].
+	LimitsFrom string `yaml:"limits_from"`
 	// Shadow decides and counts but always allows (per-rule dry run).
 	Shadow bool `yaml:"shadow"`
 }
@@ -306,7 +341,7 @@ func Parse(data []byte, name string) (*Config, error) {
 			return nil, fmt.Errorf("config %s: %w", name, err)
 		}
 	}
-	c, err := f.compile()
+	c, err := f.compile(filepath.Dir(name))
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -322,8 +357,10 @@ func Default() (*Config, error) { return Parse(Example, "embedded example") }
 // Defaults returns a File holding every default value.
 func Defaults() File {
 	return File{
-		Tenant:   Tenant{Source: "none", Default: "default", Log: "hash"},
-		Priority: Priority{Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
+		Tenant:      Tenant{Source: "none", Default: "default", Log: "hash"},
+		JWT:         JWT{PayloadInMetadata: "jwt_payload"},
+		TenantPlans: TenantPlans{Source: "table", Claim: ClaimPath{"plan"}},
+		Priority:    Priority{Source: "header", Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
 		Pricing: Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base", MaxRequestBytes: 1 << 20,
 			Unreadable: Unreadable{Policy: "bound"}},
 		Failure: Failure{Mode: "deny", Replicas: 1},

@@ -40,7 +40,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 	}
 	want := []string{
 		"line 11: field unknown_key not found in type config.File",
-		`tenant.source: "cookie" is not one of none, header, principal, context_extension`,
+		`tenant.source: "cookie" is not one of none, header, principal, context_extension, claim, api_key`,
 		`priority.classes.batch.floor: 1.5 is not in [0, 1)`,
 		`priority.default: "vip" is not a class under priority.classes`,
 		`unknown: "sometimes" is not one of allow, requests_only, deny`,

@@ -25,6 +25,8 @@ import (
 //	shadow               true: decide and count, always allow
 //	file_rules           apply (default): the file's rules apply too; skip: only the route's limit
 //	tenant               the tenant, used when tenant.source is context_extension
+//	priority             the class, used when priority.source is context_extension
+//	plan                 the tenant's plan, used when tenant_plans.source is context_extension
 type Route struct {
 	// Rule is the route's own limit, or nil. Its name is "route:" + the rule key.
 	Rule *Rule
@@ -32,6 +34,11 @@ type Route struct {
 	SkipFileRules bool
 	// Tenant is the tenant named by the route ("" when none).
 	Tenant string
+	// Priority is the class named by the route ("" when none), Floor its floor.
+	Priority string
+	Floor    float64
+	// Plan is the plan named by the route (nil when none).
+	Plan *Plan
 }
 
 // RouteKeys lists the context_extensions keys a route may set.
@@ -41,6 +48,7 @@ var RouteKeys = []string{
 	"output_tokens_per_second", "output_tokens_per_minute", "output_tokens_per_hour", "output_tokens_per_day",
 	"requests_per_second", "requests_per_minute", "requests_per_hour", "requests_per_day",
 	"tokens_burst", "input_tokens_burst", "output_tokens_burst", "requests_burst", "algorithm", "per", "max_wait", "shadow", "file_rules", "tenant",
+	"priority", "plan",
 }
 
 var periodSuffixes = []string{"second", "minute", "hour", "day"}
@@ -68,6 +76,18 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 	}
 
 	rt := &Route{Tenant: ext["tenant"]}
+	if v, ok := ext["priority"]; ok {
+		fl, known := c.Classes[v]
+		if !known {
+			bad("priority", "%q is not a class under priority.classes", truncate(v, 64))
+		}
+		rt.Priority, rt.Floor = v, fl
+	}
+	if v, ok := ext["plan"]; ok {
+		if rt.Plan = c.Plans[v]; rt.Plan == nil {
+			bad("plan", "%q is not a plan under plans", truncate(v, 64))
+		}
+	}
 	switch v := ext["file_rules"]; v {
 	case "", "apply":
 	case "skip":

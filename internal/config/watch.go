@@ -13,6 +13,9 @@ import (
 
 // WatchOptions configures Watch.
 type WatchOptions struct {
+	// Load turns the file's new content into a configuration. Default Parse (the file is a
+	// limits file); a tenant_plans.file's watcher uses Config.WithAssignments.
+	Load func(data []byte) (*Config, error)
 	// OnLoad receives every new valid configuration (not the first one, which Watch's caller
 	// loaded itself).
 	OnLoad func(*Config)
@@ -33,6 +36,9 @@ type WatchOptions struct {
 func Watch(ctx context.Context, path string, opts WatchOptions) error {
 	if opts.Settle <= 0 {
 		opts.Settle = 100 * time.Millisecond
+	}
+	if opts.Load == nil {
+		opts.Load = func(data []byte) (*Config, error) { return Parse(data, path) }
 	}
 	if opts.Poll == 0 {
 		opts.Poll = 10 * time.Second
@@ -59,7 +65,7 @@ func Watch(ctx context.Context, path string, opts WatchOptions) error {
 			return
 		}
 		last = data
-		c, err := Parse(data, path)
+		c, err := opts.Load(data)
 		if err != nil {
 			if opts.OnError != nil {
 				opts.OnError(err)

@@ -166,6 +166,23 @@ func (f *Filter) SetPolicy(p *Policy) {
 	f.routes.reset()
 }
 
+// UpdatePolicy makes update's result on the policy in force the policy of every later decision.
+// When another update or SetPolicy replaced the policy meanwhile, update runs again on that one,
+// so that no change is lost. An error leaves the policy as it is.
+func (f *Filter) UpdatePolicy(update func(*Policy) (*Policy, error)) error {
+	for {
+		old := f.policy.Load()
+		p, err := update(old)
+		if err != nil {
+			return err
+		}
+		if f.policy.CompareAndSwap(old, p) {
+			f.routes.reset()
+			return nil
+		}
+	}
+}
+
 // Policy returns the policy in force.
 func (f *Filter) Policy() *Policy { return f.policy.Load() }
 
@@ -239,6 +256,14 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		if status.Code(err) == codes.InvalidArgument {
 			f.m.error(reasonNotHTTP)
 			return nil, err
+		}
+		var ue *unidentifiedError
+		if errors.As(err, &ue) {
+			f.m.error(reasonUnidentified)
+			f.log.Debug("request without identity", zap.String("reason", string(reasonUnidentified)), zap.String("source", ue.what))
+			var est tokens.Estimate
+			est.Provider, est.API, _ = dialects.Recognize(r.in.Host, r.path)
+			return f.finish(start, &est, nil, unidentifiedResponse(&est, ue.what)), nil
 		}
 		var ie *identityError
 		if errors.As(err, &ie) {
@@ -337,7 +362,11 @@ type request struct {
 	tenant   string
 	priority string
 	floor    float64
-	route    *config.Route
+	// identified: the tenant came from the request (tenant.source), not tenant.default.
+	identified bool
+	// plan is the tenant's plan (nil when no rule takes its limits from plans).
+	plan  *config.Plan
+	route *config.Route
 	// own is true when the request carried the operator's own provider credential (and no
 	// other): only then may the provider's answer correct a provider_feedback rule.
 	own bool
@@ -399,6 +428,19 @@ func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
 		if r.route != nil {
 			r.tenant = r.route.Tenant
 		}
+	case config.TenantFromClaim:
+		if v, ok := w.MetadataString(config.JWTNamespace, cfg.JWTPayload, cfg.TenantClaim); ok {
+			r.tenant = strings.Clone(v)
+		}
+	case config.TenantFromAPIKey:
+		key, err := apiKey(w)
+		if err != nil {
+			return r, err
+		}
+		if key != "" {
+			// The key itself goes no further than this hash.
+			r.tenant = cfg.KeyTenant(key)
+		}
 	}
 	// Envoy joins a repeated header's values with commas: an identity header with a comma was
 	// sent more than once (or names a list), and is refused rather than read as one tenant.
@@ -408,7 +450,11 @@ func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
 	if strings.IndexByte(w.Header[authzwire.HeaderPriority], ',') >= 0 {
 		return r, &identityError{header: cfg.File.Priority.Header}
 	}
-	if r.tenant == "" {
+	r.identified = r.tenant != ""
+	if !r.identified {
+		if cfg.DenyUnidentified {
+			return r, &unidentifiedError{what: identityName(cfg)}
+		}
 		r.tenant = cfg.File.Tenant.Default
 	}
 	if cfg.Feedback {
@@ -416,9 +462,7 @@ func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
 	}
 	r.priority = cfg.File.Priority.Default
 	r.floor = cfg.DefaultFloor
-	if fl, ok := cfg.Classes[w.Header[authzwire.HeaderPriority]]; ok && w.Has[authzwire.HeaderPriority] {
-		r.priority, r.floor = strings.Clone(w.Header[authzwire.HeaderPriority]), fl
-	} else {
+	if !f.trustedClass(cfg, r, w) {
 		for i := range cfg.TenantClasses {
 			if tc := &cfg.TenantClasses[i]; tc.Tenant.Match(r.tenant) {
 				r.priority, r.floor = tc.Class, tc.Floor
@@ -426,8 +470,130 @@ func (f *Filter) parse(p *Policy, w *authzwire.Request) (*request, error) {
 			}
 		}
 	}
+	if cfg.UsesPlans {
+		r.plan = tenantPlan(cfg, r, w)
+	}
 	return r, nil
 }
+
+// trustedClass sets r's class from priority.source, and reports whether it did; else the class
+// follows the tenant (priority.tenants), then priority.default.
+func (f *Filter) trustedClass(cfg *config.Config, r *request, w *authzwire.Request) bool {
+	switch cfg.PrioritySource {
+	case config.PriorityFromHeader:
+		if fl, ok := cfg.Classes[w.Header[authzwire.HeaderPriority]]; ok && w.Has[authzwire.HeaderPriority] {
+			r.priority, r.floor = strings.Clone(w.Header[authzwire.HeaderPriority]), fl
+			return true
+		}
+	case config.PriorityFromClaim:
+		if v, ok := w.MetadataString(config.JWTNamespace, cfg.JWTPayload, cfg.PriorityClaim); ok {
+			if fl, ok := cfg.Classes[v]; ok {
+				r.priority, r.floor = strings.Clone(v), fl
+				return true
+			}
+		}
+	case config.PriorityFromPrincipal:
+		for i := range cfg.PrincipalClasses {
+			if pc := &cfg.PrincipalClasses[i]; w.Principal != "" && pc.Principal.Match(w.Principal) {
+				r.priority, r.floor = pc.Class, pc.Floor
+				return true
+			}
+		}
+	case config.PriorityFromContextExtension:
+		if r.route != nil && r.route.Priority != "" {
+			r.priority, r.floor = r.route.Priority, r.route.Floor
+			return true
+		}
+	}
+	return false
+}
+
+// tenantPlan is r's plan under tenant_plans.source: a map look-up on the compiled plans.
+func tenantPlan(cfg *config.Config, r *request, w *authzwire.Request) *config.Plan {
+	switch cfg.PlanSource {
+	case config.PlanFromClaim:
+		if v, ok := w.MetadataString(config.JWTNamespace, cfg.JWTPayload, cfg.PlanClaim); ok {
+			return cfg.PlanNamed(v)
+		}
+		return cfg.DefaultPlan
+	case config.PlanFromContextExtension:
+		if r.route != nil && r.route.Plan != nil {
+			return r.route.Plan
+		}
+		return cfg.DefaultPlan
+	}
+	return cfg.PlanOf(r.tenant)
+}
+
+// planSource says where r's plan came from, for Explain.
+func planSource(cfg *config.Config, r *request, w *authzwire.Request) string {
+	switch cfg.PlanSource {
+	case config.PlanFromClaim:
+		if v, ok := w.MetadataString(config.JWTNamespace, cfg.JWTPayload, cfg.PlanClaim); ok && cfg.Plans[v] != nil {
+			return "claim " + cfg.PlanClaim.String()
+		}
+	case config.PlanFromContextExtension:
+		if r.route != nil && r.route.Plan != nil {
+			return "context_extensions[plan]"
+		}
+	default:
+		if _, ok := cfg.AssignedPlan(r.tenant); ok {
+			return "tenant_plans.table or file"
+		}
+	}
+	return "tenant_plans.default"
+}
+
+// apiKey is the provider credential of w: the value of authorization (without "Bearer "),
+// x-api-key or api-key. Several that differ, or one given twice, are an identityError: the
+// request would be charged to one key while the provider bills another.
+func apiKey(w *authzwire.Request) (string, error) {
+	key, from := "", ""
+	for _, h := range [...]struct {
+		i    int
+		name string
+	}{{authzwire.HeaderAuthorization, "authorization"}, {authzwire.HeaderXAPIKey, "x-api-key"}, {authzwire.HeaderAPIKey, "api-key"}} {
+		if !w.Has[h.i] {
+			continue
+		}
+		v := w.Header[h.i]
+		if h.i == authzwire.HeaderAuthorization {
+			v = config.BearerToken(v)
+		}
+		v = strings.TrimSpace(v)
+		switch {
+		case v == "":
+			continue
+		case strings.IndexByte(v, ',') >= 0:
+			return "", &identityError{header: h.name}
+		case key != "" && v != key:
+			return "", &identityError{header: from + " and " + h.name}
+		}
+		key, from = v, h.name
+	}
+	return key, nil
+}
+
+// identityName says what identity tenant.source seeks, for a 401's message and the log.
+func identityName(cfg *config.Config) string {
+	switch cfg.TenantSource {
+	case config.TenantFromClaim:
+		return "the JWT claim " + cfg.TenantClaim.String()
+	case config.TenantFromAPIKey:
+		return "a provider API key"
+	case config.TenantFromHeader:
+		return "the header " + cfg.File.Tenant.Header
+	case config.TenantFromPrincipal:
+		return "an mTLS principal"
+	}
+	return "the route's tenant"
+}
+
+// unidentifiedError is a request without the identity tenant.source seeks, while
+// tenant.missing is deny.
+type unidentifiedError struct{ what string }
+
+func (e *unidentifiedError) Error() string { return "filter: no identity: " + e.what }
 
 // ownCredential reports whether w carried the operator's credential and nothing else: every
 // credential header present must be one of the operator's (by salted hash), and at least one must
@@ -652,6 +818,12 @@ type Explanation struct {
 	Estimate tokens.Estimate
 	Tenant   string
 	Priority string
+	// TenantSource is where the tenant came from: tenant.source, or "default" when the request
+	// named none and tenant.default applies.
+	TenantSource string
+	// Plan is the tenant's plan when a rule with limits_from: plan applies ("" otherwise), and
+	// PlanSource where it came from: tenant_plans.source, or "default".
+	Plan, PlanSource string
 	// Rules are the names of the rules that apply, in order.
 	Rules []string
 	// Buckets are the buckets the request would debit (shadow ones included), with their costs.
@@ -679,7 +851,14 @@ func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	}
 	est := p.Estimator.Estimate(&r.in)
 	pl := f.plan(p, r, &est)
-	x := &Explanation{Estimate: est, Tenant: r.tenant, Priority: r.priority, Tag: pl.enforced.Tag}
+	x := &Explanation{Estimate: est, Tenant: r.tenant, Priority: r.priority, Tag: pl.enforced.Tag,
+		TenantSource: p.Config.TenantSource.String()}
+	if !r.identified {
+		x.TenantSource = "default"
+	}
+	if pl.tenantPlan != nil {
+		x.Plan, x.PlanSource = pl.tenantPlan.Name, planSource(p.Config, r, &w)
+	}
 	for _, rule := range pl.rules {
 		x.Rules = append(x.Rules, rule.Name)
 	}

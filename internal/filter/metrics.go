@@ -25,6 +25,9 @@ const (
 	// reasonDuplicateIdentity is a tenant or priority header given more than once (Envoy joins
 	// them with commas): refused with a 400, never joined into a tenant of its own.
 	reasonDuplicateIdentity Reason = "duplicate_identity"
+	// reasonUnidentified is a request without its identity (a JWT claim, an API key) while
+	// tenant.missing is deny.
+	reasonUnidentified Reason = "unidentified"
 )
 
 func storeReason(ctx context.Context, err error) Reason {

@@ -49,9 +49,11 @@ type plan struct {
 	shadow   bucket.Request
 	owners   []owner // parallel to enforced.Buckets
 	rules    []*config.Rule
-	tenant   string
-	priority string
-	floor    float64
+	// tenantPlan is the tenant's plan when a rule with limits_from: plan applied, else nil.
+	tenantPlan *config.Plan
+	tenant     string
+	priority   string
+	floor      float64
 	// logClearTenant: the metadata names the tenant itself, not its hash (tenant.log: clear).
 	logClearTenant bool
 	// shadowAll is true in global shadow mode: enforced buckets are counted, never enforced.
@@ -108,6 +110,19 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		if len(target.Buckets) == 0 || rule.MaxWait < target.MaxWait {
 			target.MaxWait = rule.MaxWait
 		}
+		// A rule with limits_from: plan applies the tenant's plan's limits; its first-window token
+		// buckets always share one key, a slot per dimension, whichever of them the plan has, so
+		// that a tenant moving to another plan keeps each bucket (the store takes the capacity
+		// and the rate with every call: the new plan's apply to what the tenant has spent).
+		limits := rule.Limits
+		shared := rule.SharedSlots() >= 2
+		if rule.FromPlan {
+			if r.plan == nil {
+				return
+			}
+			limits, shared = r.plan.Limits, true
+			pl.tenantPlan = r.plan
+		}
 		add := func(s bucket.Spec, o owner) {
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
@@ -117,24 +132,23 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		// The first window of each dimension, when a token bucket, shares one key with the
 		// rule's others (slots 1 to 4): one key to read and write for all, under one name. They
 		// go first, next to each other, as the store wants them.
-		shared := rule.SharedSlots()
 		var pairName string
-		if shared >= 2 {
-			pairName = name(rule, kindPair, 0)
-		}
 		for pass := range 2 {
-			for i := range rule.Limits {
-				l := &rule.Limits[i]
+			for i := range limits {
+				l := &limits[i]
 				if requestsOnly && l.Dim != provider.Requests {
 					continue
 				}
-				inPair := shared >= 2 && l.Window == 0 && l.Algorithm == bucket.TokenBucket
+				inPair := shared && l.Window == 0 && l.Algorithm == bucket.TokenBucket
 				if inPair != (pass == 0) {
 					continue
 				}
 				kind := reservation.KindOf(l.Dim)
 				var s bucket.Spec
 				if inPair {
+					if pairName == "" {
+						pairName = name(rule, kindPair, 0)
+					}
 					s = l.Spec(pairName, pl.cost[l.Dim], r.floor)
 					s.Slot = slotOf(l.Dim)
 				} else {

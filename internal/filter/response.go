@@ -23,18 +23,20 @@ import (
 
 // Decisions, as metric label values and in dynamic metadata.
 const (
-	decisionAllowed     = "allowed"      // every bucket paid
-	decisionDelayed     = "delayed"      // held for max_wait, then allowed
-	decisionDenied      = "denied"       // 429
-	decisionTooLarge    = "too_large"    // 413: can never fit
-	decisionShadow      = "shadow"       // allowed whatever the buckets said
-	decisionUnlimited   = "unlimited"    // no rule applies
-	decisionFailOpen    = "fail_open"    // store unreachable, failure.mode allow
-	decisionLocal       = "local"        // store unreachable, allowed by the local share
-	decisionUnavailable = "unavailable"  // store unreachable, 503
-	decisionBadRoute    = "bad_route"    // invalid context_extensions, 500
-	decisionBadIdentity = "bad_identity" // an identity header given twice, 400
+	decisionAllowed     = "allowed"        // every bucket paid
+	decisionDelayed     = "delayed"        // held for max_wait, then allowed
+	decisionDenied      = "denied"         // 429
+	decisionTooLarge    = "too_large"      // 413: can never fit
+	decisionShadow      = "shadow"         // allowed whatever the buckets said
+	decisionUnlimited   = "unlimited"      // no rule applies
+	decisionFailOpen    = "fail_open"      // store unreachable, failure.mode allow
+	decisionLocal       = "local"          // store unreachable, allowed by the local share
+	decisionUnavailable = "unavailable"    // store unreachable, 503
+	decisionBadRoute    = "bad_route"      // invalid context_extensions, 500
+	decisionBadIdentity = "bad_identity"   // an identity header given twice, 400
 	decisionUnknown     = "unknown_denied" // no known provider's API under unknown: deny, 403
+	// decisionUnidentified: no identity (a claim, an API key) while tenant.missing is deny, 401.
+	decisionUnidentified = "unidentified"
 )
 
 // forwarded is true for the decisions that send the request on to the provider.
@@ -322,6 +324,15 @@ func unknownResponse(est *tokens.Estimate) *Answer {
 	return deniedResponse(codes.PermissionDenied, typev3.StatusCode_Forbidden, hdrs, body, (*plan)(nil).metadata(est, decisionUnknown, 0))
 }
 
+// unidentifiedResponse is the 401 of a request that carries no identity while tenant.missing is
+// deny: what names the identity sought ("the JWT claim [\"org_id\"]", "a provider API key").
+func unidentifiedResponse(est *tokens.Estimate, what string) *Answer {
+	body := errorBody(est, provider.Error{Class: provider.Unauthenticated, Code: string(reasonUnidentified),
+		Message: "The request carries no verified identity (" + what + "): the rate limiter cannot tell whose budget it is."})
+	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	return deniedResponse(codes.Unauthenticated, typev3.StatusCode_Unauthorized, hdrs, body, (*plan)(nil).metadata(est, decisionUnidentified, 0))
+}
+
 // metadata describes the decision and the reservation for access logs and the response path:
 // the values of the answer's dynamic metadata, which fields lists.
 type metadata struct {
@@ -365,6 +376,9 @@ func (m *metadata) append(b []byte) []byte {
 			b = authzwire.AppendASCIIField(b, "tenant", appendTenantHash(h[:0], pl.tenant))
 		}
 		b = authzwire.AppendStringField(b, "priority", pl.priority)
+		if pl.tenantPlan != nil {
+			b = authzwire.AppendStringField(b, "plan", pl.tenantPlan.Name)
+		}
 		b = authzwire.AppendStringField(b, "rules", pl.ruleNames())
 		b = authzwire.AppendStringField(b, "tag", pl.enforced.Tag)
 		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {

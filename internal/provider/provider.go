@@ -168,6 +168,8 @@ const (
 	InvalidRequest
 	// Forbidden: the limiter's policy refuses the request outright (403).
 	Forbidden
+	// Unauthenticated: the request carries no identity the limiter can charge (401).
+	Unauthenticated
 )
 
 // Error is one error answer, before a dialect renders it.

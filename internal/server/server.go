@@ -327,6 +327,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.opts.ConfigPath != "" {
 		go s.watchConfig(bg)
 	}
+	if path := s.filter.Policy().Config.PlansFile; path != "" {
+		go s.watchPlans(bg, path)
+	}
 
 	var err error
 	select {
@@ -450,6 +453,40 @@ func (s *Server) watchConfig(ctx context.Context) {
 	})
 	if err != nil {
 		s.log.Error("config watch failed: changes need a restart", zap.Error(err))
+	}
+}
+
+// watchPlans reloads tenant_plans.file (path) when it changes: the tenants' plans change with
+// the next decision, the rest of the policy stays. A rejected file leaves the previous
+// assignments; so does a limits file that no longer names path (its own reload read the new one).
+func (s *Server) watchPlans(ctx context.Context, path string) {
+	err := config.Watch(ctx, path, config.WatchOptions{
+		Load: func(data []byte) (*config.Config, error) {
+			var out *config.Config
+			err := s.filter.UpdatePolicy(func(p *filter.Policy) (*filter.Policy, error) {
+				if p.Config.PlansFile != path {
+					return nil, fmt.Errorf("config: tenant_plans.file is no longer %s: restart to watch the new file", path)
+				}
+				c, err := p.Config.WithAssignments(data)
+				if err != nil {
+					return nil, err
+				}
+				out = c
+				return &filter.Policy{Config: c, Estimator: p.Estimator}, nil
+			})
+			return out, err
+		},
+		OnLoad: func(c *config.Config) {
+			s.reloads.WithLabelValues("ok").Inc()
+			s.log.Info("tenant plans reloaded", zap.String("file", path), zap.Int("tenants", c.Assigned()))
+		},
+		OnError: func(err error) {
+			s.reloads.WithLabelValues("rejected").Inc()
+			s.log.Error("tenant plans reload rejected; the previous assignments stay", zap.Error(err))
+		},
+	})
+	if err != nil {
+		s.log.Error("tenant plans watch failed: changes need a restart", zap.Error(err))
 	}
 }
 

@@ -24,6 +24,8 @@ func errorType(c provider.Class) string {
 		return "invalid_request_error"
 	case provider.Forbidden:
 		return "permission_error"
+	case provider.Unauthenticated:
+		return "authentication_error"
 	}
 	return "api_error"
 }

@@ -21,7 +21,7 @@ func errorType(e provider.Error) string {
 			return e.Limit
 		}
 		return "tokens"
-	case provider.TooLarge, provider.InvalidRequest, provider.Forbidden:
+	case provider.TooLarge, provider.InvalidRequest, provider.Forbidden, provider.Unauthenticated:
 		return "invalid_request_error"
 	}
 	return "server_error"
