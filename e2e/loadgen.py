@@ -1,6 +1,6 @@
-"""One OS process of Python workers calling through Envoy with the official openai SDK (or, with
---provider anthropic, the anthropic SDK): a thread pool sharing one client, like Celery or
-Gunicorn workers. Each call relies on the SDK's own retries (max_retries=2 by default, honouring
+"""One OS process of Python workers calling through Envoy with the official openai SDK (with
+--provider azure its AzureOpenAI client; with --provider anthropic, the anthropic SDK): a thread
+pool sharing one client, like Celery or Gunicorn workers. Each call relies on the SDK's own retries (max_retries=2 by default, honouring
 retry-after-ms); a call ends in success, a clean rate-limit error, a 413 (APIStatusError) or
 anything else, which is counted as an error with samples. Writes a JSON summary shaped like
 e2e/goclient's, with the times the first and the last successful call ended.
@@ -38,6 +38,11 @@ def _padded(text: str, n: int) -> str:
     return "".join(lines)
 
 
+# The Azure OpenAI resource of envoy/envoy.yaml, and an API version Azure serves
+# (learn.microsoft.com/azure/ai-foundry/openai/api-version-lifecycle).
+AZURE_ENDPOINT = "http://your-resource-name.openai.azure.com"
+AZURE_API_VERSION = "2024-10-21"
+
 # The long system prompt of --cache-every calls: 2,200 tokens in cl100k_base (2,750 as the mock
 # counts Claude's), above the 2,048-token minimum of a cached prefix on Claude Sonnet 4.6.
 CACHED_SYSTEM = " ".join(f"Rule {i}: answer briefly, cite the policy section {i}, and never invent a figure." for i in range(110))
@@ -48,8 +53,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--proxy", required=True, help="Envoy's listener, used as an HTTP proxy")
     ap.add_argument("--key", default="sk-e2e-python")
     ap.add_argument("--name", default="python")
-    ap.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
-    ap.add_argument("--model", default="gpt-4o-mini")
+    ap.add_argument("--provider", choices=("openai", "azure", "anthropic"), default="openai")
+    ap.add_argument("--model", default="gpt-4o-mini", help="the model (with --provider azure: the deployment)")
     ap.add_argument("--pad-bytes", type=int, default=0, help="pad each user prompt with words to this many bytes")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--duration", type=float, default=60.0, help="start no call after this many seconds")
@@ -60,6 +65,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tenant", default="", help="x-tenant-id header to send (the shipped envoy.yaml removes it)")
     ap.add_argument("--priority", default="", help="x-llm-priority header to send (the shipped envoy.yaml removes it)")
     ap.add_argument("--pace", type=float, default=0.0, help="seconds between the starts of a thread's calls")
+    ap.add_argument("--burst-every", type=float, default=0.0,
+                    help="start each call of a thread at the next multiple of this many seconds of the clock: "
+                         "every thread of every process calls at once (0: back to back)")
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--ramp", type=float, default=0.0, help="each thread starts after a random delay up to this")
     ap.add_argument("--max-retries", type=int, default=2)
@@ -85,6 +93,23 @@ def main(argv: list[str]) -> int:
             default_headers=headers,
             # Plain HTTP to Envoy: no TLS, so no CA bundle to load (building the two default SSL
             # contexts cost 1.4 s of CPU per process, all three processes at once on 2 cores).
+            http_client=openai.DefaultHttpx2Client(
+                transport=clientnet.transport(a.proxy, a.source or None)),
+        )
+        rate_limited = openai.RateLimitError
+        status_error = openai.APIStatusError
+    elif a.provider == "azure":
+        # The endpoint is the resource's own host, spoken in plain HTTP to Envoy as the proxy,
+        # which originates TLS to Azure: AZURE_OPENAI_ENDPOINT=http://<resource>.openai.azure.com
+        # with HTTP_PROXY, as for OpenAI. The SDK calls /openai/deployments/<model>/... with
+        # ?api-version= and the key in api-key.
+        client = openai.AzureOpenAI(
+            api_key=a.key,
+            azure_endpoint=AZURE_ENDPOINT,
+            api_version=AZURE_API_VERSION,
+            max_retries=a.max_retries,
+            timeout=60.0,
+            default_headers=headers,
             http_client=openai.DefaultHttpx2Client(
                 transport=clientnet.transport(a.proxy, a.source or None)),
         )
@@ -149,6 +174,10 @@ def main(argv: list[str]) -> int:
             time.sleep(random.uniform(0, a.ramp))
         i = 0
         while time.time() < deadline:
+            if a.burst_every > 0:
+                time.sleep(a.burst_every - time.time() % a.burst_every)
+                if time.time() >= deadline:
+                    break
             t_call = time.time()
             idx = (a.offset + w * 5 + i) % len(prompts)
             p = prompts[idx]

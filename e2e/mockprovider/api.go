@@ -57,7 +57,10 @@ type Server struct {
 	// Anthropic, when set, admits Messages requests by Anthropic's own accounting (anthropic.go)
 	// instead of Enforcer's single token budget.
 	Anthropic *Anthropic
-	Now       func() time.Time
+	// Azure admits the requests on Azure OpenAI's deployment paths by Azure's own accounting
+	// (azure.go); nil: they are unlimited.
+	Azure *Azure
+	Now   func() time.Time
 
 	seq atomic.Int64
 	// stored holds each Responses answer's context (its input and output tokens) by id: a
@@ -65,10 +68,13 @@ type Server struct {
 	stored sync.Map
 }
 
-// contextWindow is the most input tokens a model accepts (the providers' model pages); 0 when
-// the mock does not know the model. Above it, the providers answer 400.
+// contextWindow is the most input tokens a model accepts (the providers' model pages; Azure's
+// gpt-35-turbo: https://learn.microsoft.com/azure/ai-foundry/openai/concepts/models); 0 when the
+// mock does not know the model. Above it, the providers answer 400.
 func contextWindow(model string) int64 {
 	switch {
+	case strings.HasPrefix(model, "gpt-35-turbo"):
+		return 16_385
 	case strings.HasPrefix(model, "gpt-4o"):
 		return 128_000
 	case strings.HasPrefix(model, "gpt-4.1"):
@@ -184,8 +190,12 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
 	}
+	cost := p.Cost()
+	if p.Provider == "azure" {
+		cost = AzureCost(p)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"provider": p.Provider, "api": p.API, "model": p.Model,
-		"prompt": p.Prompt, "output": p.Output, "cost": p.Cost()})
+		"prompt": p.Prompt, "output": p.Output, "cost": cost})
 }
 
 func apiKey(r *http.Request) string {
@@ -234,6 +244,9 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cost := p.Cost()
+	if provider == "azure" {
+		cost = AzureCost(p)
+	}
 	if s.CountChars && provider == "openai" {
 		// "Your rate limit is calculated as the maximum of max_tokens and the estimated number of
 		// tokens based on the character count of your request"
@@ -241,7 +254,7 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 		// rate limits"): about four characters a token, OpenAI's own rule of thumb.
 		cost = max(p.Output, (int64(utf8.RuneCount(body))+3)/4)
 	}
-	if s.ChargeActual && p.Output > 0 {
+	if s.ChargeActual && p.Output > 0 && provider != "azure" {
 		cost = p.Prompt + s.completion(p)*int64(max(p.N, 1))
 	}
 	rec.Model, rec.Prompt, rec.Output, rec.Cost, rec.Stream = p.Model, p.Prompt, p.Output, cost, p.Stream
@@ -250,17 +263,23 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 		s.anthropicPriced(w, r, p, rec, now)
 		return
 	}
-	enf := s.Enforcer
-	if e, ok := s.KeyEnforcers[rec.Key]; ok {
-		enf = e
-	}
-	v := enf.AdmitAt(provider, p.Model, cost, now)
-	s.rateLimitHeaders(w.Header(), anthropic, &v, now)
-	if !v.Admitted {
-		rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
-		s.Recorder.Add(rec)
-		s.rateLimited(w, anthropic, p, &v)
-		return
+	if provider == "azure" {
+		if !s.azureAdmit(w, p, rec, now) {
+			return
+		}
+	} else {
+		enf := s.Enforcer
+		if e, ok := s.KeyEnforcers[rec.Key]; ok {
+			enf = e
+		}
+		v := enf.AdmitAt(provider, p.Model, cost, now)
+		s.rateLimitHeaders(w.Header(), anthropic, &v, now)
+		if !v.Admitted {
+			rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
+			s.Recorder.Add(rec)
+			s.rateLimited(w, anthropic, p, &v)
+			return
+		}
 	}
 	rec.InFlight = s.Recorder.Start()
 	rec.Status = http.StatusOK
@@ -291,6 +310,23 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	case "messages":
 		s.messages(w, r, p, id)
 	}
+}
+
+// azureAdmit decides rec's request at now by Azure OpenAI's accounting and sets Azure's
+// rate-limit headers; on a refusal it records the request, answers Azure's 429 and returns false.
+func (s *Server) azureAdmit(w http.ResponseWriter, p *Price, rec *Record, now time.Time) bool {
+	if s.Azure == nil {
+		return true
+	}
+	v := s.Azure.AdmitAt(p.Model, rec.Cost, now)
+	azureHeaders(w.Header(), &v)
+	if v.Admitted {
+		return true
+	}
+	rec.Status, rec.End, rec.TooLarge, rec.Which, rec.WaitMS = http.StatusTooManyRequests, rec.T, v.TooLarge, v.Which, v.Wait.Milliseconds()
+	s.Recorder.Add(rec)
+	azureLimited(w, p, rec.Cost, &v)
+	return false
 }
 
 // latencyOf is how long the answer to r takes.

@@ -1,5 +1,5 @@
-// Command mockprovider is an OpenAI- and Anthropic-compatible LLM API for the end-to-end suite and
-// the compose stack. It enforces its own per-minute limits like a provider (token_bucket or
+// Command mockprovider is an OpenAI-, Azure OpenAI- and Anthropic-compatible LLM API for the
+// end-to-end suite and the compose stack. It enforces its own per-minute limits like a provider (token_bucket or
 // rolling_window), prices requests independently of the project's counter (tiktoken-go, prompt +
 // max_tokens), answers 429 with the provider's own headers and error body when over, and records
 // every request it answers as a JSON line so that tests can compute what it admitted per time
@@ -10,7 +10,9 @@
 //
 // Endpoints: POST /v1/chat/completions (stream: true with a usage chunk), /v1/completions,
 // /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too), and on Anthropic's host
-// /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits); GET /v1/models,
+// /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits), Azure OpenAI's
+// /openai/deployments/{deployment}/{chat/completions,completions,embeddings} (under Azure's
+// accounting: -azure-tpm, -azure-rpm, -azure-rpm-window; azure.go); GET /v1/models,
 // /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
 // as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
@@ -57,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tlsAddr := fs.String("tls-addr", "", "HTTPS listen address (empty: none); needs -tls-dir")
 	tlsDir := fs.String("tls-dir", "", "directory holding (or receiving) ca.pem and ca.key of a private CA that signs the HTTPS certificate")
 	tlsCAOut := fs.String("tls-ca-out", "", "also write the CA certificate (public part only) to this file, for clients to trust")
-	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com", "comma-separated DNS names of the HTTPS certificate")
+	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com,your-resource-name.openai.azure.com", "comma-separated DNS names of the HTTPS certificate (envoy/envoy.yaml's upstreams)")
 	modeName := fs.String("mode", string(TokenBucket), "limit enforcement: token_bucket or rolling_window")
 	period := fs.Duration("period", time.Minute, "the limits' period (the window of rolling_window)")
 	openaiTPM := fs.Int64("openai-tpm", 60000, "OpenAI tokens per period per model (0: unlimited)")
@@ -69,6 +71,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cacheMin := fs.Int64("anthropic-cache-min", 1024, "shortest cacheable prompt prefix in tokens")
 	cacheTTL := fs.Duration("anthropic-cache-ttl", 5*time.Minute, "life of a cached prefix, refreshed on each read")
 	spendCap := fs.Int64("anthropic-spend-cap", 0, "with Anthropic's accounting: refuse every request once this many tokens were admitted, with a 429 without retry-after (0: no cap)")
+	azureTPM := fs.Int64("azure-tpm", 0, "Azure OpenAI tokens per minute per deployment, a count of the requests' estimates reset each minute (0: unlimited)")
+	azureRPM := fs.Int64("azure-rpm", 0, "Azure OpenAI requests per minute per deployment (0: unlimited)")
+	azureWindow := fs.Duration("azure-rpm-window", 0, "enforce -azure-rpm over windows of 1s or 10s, each admitting its share of the minute (0: per minute)")
 	latency := fs.Duration("latency", 200*time.Millisecond, "how long an admitted answer takes")
 	completion := fs.Int64("completion-tokens", 16, "most output tokens an answer generates")
 	defaultOutput := fs.Int64("default-output-tokens", 4096, "output reserved when a request names no maximum")
@@ -98,6 +103,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *charge != "reserved" && *charge != "actual" {
 		return fmt.Errorf("-charge %q is not reserved or actual", *charge)
+	}
+	if w := *azureWindow; w != 0 && w != time.Second && w != 10*time.Second {
+		return fmt.Errorf("-azure-rpm-window %s is not 1s or 10s", w)
+	}
+	if *azureTPM < 0 || *azureRPM < 0 {
+		return errors.New("-azure-tpm and -azure-rpm must not be negative")
 	}
 	if *tlsAddr != "" && *tlsDir == "" {
 		return errors.New("-tls-addr needs -tls-dir")
@@ -147,6 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ChargeActual:     *charge == "actual",
 		Compress:         *compress,
 		CountChars:       *openaiCounting == "max_of_chars",
+		Azure:            NewAzure(AzureLimits{TPM: *azureTPM, RPM: *azureRPM, RPMWindow: *azureWindow}),
 		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),
 		ErrorLatency:     *errorLatency,
 		Now:              time.Now,
@@ -171,8 +183,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			scheme = "https"
 		}
 		servers = append(servers, hs)
-		fmt.Fprintf(stdout, "mockprovider: %s on %s://%s (mode %s, openai %d tokens/%s, anthropic %d tokens/%s)\n",
-			"listening", scheme, ln.Addr(), mode, *openaiTPM, *period, *anthropicTPM, *period)
+		fmt.Fprintf(stdout, "mockprovider: %s on %s://%s (mode %s, openai %d tokens/%s, anthropic %d tokens/%s, azure %d tokens and %d requests/min)\n",
+			"listening", scheme, ln.Addr(), mode, *openaiTPM, *period, *anthropicTPM, *period, *azureTPM, *azureRPM)
 		go func() {
 			var err error
 			if tlsDir != "" {

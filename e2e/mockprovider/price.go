@@ -20,11 +20,15 @@ func init() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) }
 
 // Price is what one request costs the provider's budget.
 type Price struct {
-	Provider string // openai or anthropic
+	Provider string // openai, anthropic or azure
 	API      string // chat_completions, completions, responses, embeddings, messages
 	Model    string
 	Prompt   int64
 	Output   int64
+	// OutputUnset is true when the request names no output maximum (Output is then the default).
+	OutputUnset bool
+	// BestOf is the completions generated server-side of which n are returned (1 when unset).
+	BestOf int
 	// Stream asks for server-sent events; IncludeUsage for OpenAI's final usage chunk.
 	Stream       bool
 	IncludeUsage bool
@@ -167,6 +171,7 @@ type request struct {
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
 	MaxOutputTokens     *int64          `json:"max_output_tokens"`
 	N                   *int            `json:"n"`
+	BestOf              *int            `json:"best_of"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
@@ -188,6 +193,9 @@ func APIOf(path string) (provider, api string) {
 		return "openai", "embeddings"
 	case "/v1/messages":
 		return "anthropic", "messages"
+	}
+	if _, api := azureDeployment(path); api != "" {
+		return "azure", api
 	}
 	return "", ""
 }
@@ -229,16 +237,23 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("price: body: %w", err)
 	}
+	if d, _ := azureDeployment(path); provider == "azure" {
+		// The deployment decides the model, whatever the body says (azure.go).
+		r.Model = d
+	}
 	if r.Model == "" {
 		return nil, fmt.Errorf("price: body names no model")
 	}
-	pr := &Price{Provider: provider, API: api, Model: r.Model, Stream: r.Stream, N: 1, EncodingFormat: r.EncodingFormat,
+	pr := &Price{Provider: provider, API: api, Model: r.Model, Stream: r.Stream, N: 1, BestOf: 1, EncodingFormat: r.EncodingFormat,
 		PreviousResponseID: r.PreviousResponseID}
 	if r.StreamOptions != nil {
 		pr.IncludeUsage = r.StreamOptions.IncludeUsage
 	}
 	if r.N != nil && *r.N > 1 {
 		pr.N = *r.N
+	}
+	if r.BestOf != nil && *r.BestOf > 1 {
+		pr.BestOf = *r.BestOf
 	}
 	encName := encodingFor(r.Model)
 	if provider == "anthropic" {
@@ -273,6 +288,7 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 				return *v
 			}
 		}
+		pr.OutputUnset = true
 		return p.DefaultOutput
 	}
 
