@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"path"
 	"strings"
 	"sync"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
@@ -49,18 +49,16 @@ type Options struct {
 	// or more tokens than o200k_base for nearly all text, so unknown models are not
 	// under-priced by picking the denser vocabulary.
 	FallbackEncoding string
-	// AzureDeployments maps an Azure OpenAI deployment name to its model, for requests whose
-	// body names no model. Unmapped deployments are tried as model names.
-	AzureDeployments map[string]string
 	// MaxBodyBytes bounds the (decoded) body that is parsed, and so the time pricing takes
 	// (about 50 ms per MiB of English); bigger bodies are priced from their first
 	// MaxBodyBytes scaled to their size. Default 4 MiB.
 	MaxBodyBytes int64
 	// MaxDecodedBytes bounds what a gzip or deflate body may decode to. Default 4 MiB.
 	MaxDecodedBytes int64
-	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown (an
-	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
-	ImageTokens int64
+	// OpenAI are the settings of OpenAI's family (OpenAI, Azure OpenAI, OpenAI-compatible
+	// servers): the Azure deployments' models and the cost of an image of unknown size. The
+	// zero value is its defaults.
+	OpenAI openai.Settings
 	// AnthropicFactors set the multiplier of the cl100k_base count of Anthropic request text
 	// per model glob (first match wins); internal/provider/anthropic's package doc gives the
 	// evidence. Nil means DefaultAnthropicFactors; an empty non-nil slice means none.
@@ -111,15 +109,15 @@ const (
 
 // Pricer prices requests. It is immutable after New and safe for concurrent use.
 type Pricer struct {
-	opts Options
-	// azureFold is Options.AzureDeployments with ASCII-lower-cased names.
-	azureFold map[string]string
-	fallback  *tiktoken.Encoding
-	cl100k    *tiktoken.Encoding
-	o200k     *tiktoken.Encoding
-	// cfg is what the rooms read of opts.
-	cfg  pricing.Config
-	work sync.Pool // *work
+	opts     Options
+	fallback *tiktoken.Encoding
+	cl100k   *tiktoken.Encoding
+	o200k    *tiktoken.Encoding
+	// cfg is what every room reads of opts; rooms are the rooms' own settings of opts,
+	// validated and with their defaults filled.
+	cfg   pricing.Config
+	rooms dialects.Settings
+	work  sync.Pool // *work
 }
 
 // work is the per-call scratch, pooled.
@@ -198,8 +196,8 @@ func New(opts Options) (*Pricer, error) {
 	if opts.MaxDecodedBytes < 0 || opts.MaxDecodedBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("tokens: MaxDecodedBytes %d out of range (0, 1 GiB]", opts.MaxDecodedBytes))
 	}
-	if opts.ImageTokens < 0 || opts.AnthropicImageTokens < 0 {
-		errs = append(errs, errors.New("tokens: image token costs must not be negative"))
+	if opts.AnthropicImageTokens < 0 {
+		errs = append(errs, errors.New("tokens: AnthropicImageTokens must not be negative"))
 	}
 	if opts.AnthropicFactors == nil {
 		opts.AnthropicFactors = DefaultAnthropicFactors()
@@ -215,12 +213,11 @@ func New(opts Options) (*Pricer, error) {
 			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: factor %v out of range [1, 10]", i, r.Factor))
 		}
 	}
-	for name, model := range opts.AzureDeployments {
-		if name == "" || model == "" {
-			errs = append(errs, fmt.Errorf("tokens: AzureDeployments: empty deployment or model (%q: %q)", name, model))
-		}
+	rooms := dialects.Settings{OpenAI: opts.OpenAI}
+	if err := rooms.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	p := &Pricer{opts: opts}
+	p := &Pricer{opts: opts, rooms: rooms}
 	var err error
 	if p.cl100k, err = tiktoken.Get(tiktoken.CL100K); err != nil {
 		errs = append(errs, err)
@@ -237,7 +234,6 @@ func New(opts Options) (*Pricer, error) {
 	p.cfg = pricing.Config{
 		DefaultOutputTokens:  opts.DefaultOutputTokens,
 		OutputRules:          opts.OutputRules,
-		ImageTokens:          opts.ImageTokens,
 		AnthropicFactors:     opts.AnthropicFactors,
 		AnthropicFactor:      opts.AnthropicFactor,
 		AnthropicImageTokens: opts.AnthropicImageTokens,
@@ -245,10 +241,6 @@ func New(opts Options) (*Pricer, error) {
 		CL100K:               p.cl100k,
 		O200K:                p.o200k,
 		Fallback:             p.fallback,
-	}
-	p.azureFold = make(map[string]string, len(opts.AzureDeployments))
-	for name, model := range opts.AzureDeployments {
-		p.azureFold[strings.ToLower(name)] = model
 	}
 	p.work.New = func() any { return new(work) }
 	return p, nil
@@ -352,7 +344,7 @@ func (s *call) parsed(body []byte, size int64) {
 		return
 	}
 	root := 0
-	if s.Est.Model = s.deploymentModel(); s.Est.Model == "" {
+	if s.Est.Model = s.p.rooms.OpenAI.DeploymentModel(s.deployment); s.Est.Model == "" {
 		model := s.Doc.Get(root, "model")
 		if m, ok := s.Doc.Text(nil, model); ok {
 			s.Est.Model = string(m)
@@ -363,7 +355,7 @@ func (s *call) parsed(body []byte, size int64) {
 	if st := s.Doc.Get(root, "stream"); s.Doc.Kind(st) == pricing.Bool {
 		s.Est.Stream = s.Doc.Raw(st)[0] == 't'
 	}
-	dialects.Price(&s.Request, root)
+	dialects.Price(&s.Request, root, &s.p.rooms)
 	s.Est.Chars = int64(len(body))
 	if s.Est.OutputUnset {
 		l, _ := s.limits()
@@ -448,53 +440,6 @@ func (s *call) unknownAPI(in *Input, size int64, partial bool) {
 	}
 	s.Est.PromptTokens = scaled(s.Count(body), scale)
 }
-
-// deploymentModel is the model of an Azure deployment path: the deployment's model in
-// Options.AzureDeployments, else the deployment name; "" when the path names no deployment.
-// The deployment decides, never the body's "model": Azure routes a request to the model
-// deployed under the path's {deployment-id} ("POST {endpoint}/openai/deployments/{deployment-id}/
-// chat/completions", deployment-id "Deployment id of the model which was deployed": Azure
-// OpenAI REST API reference, learn.microsoft.com/azure/ai-foundry/openai/reference), so a body
-// naming another model changes nothing at Azure and must change nothing here.
-//
-// A spelling that reaches the same deployment reaches the same model: the name is
-// percent-decoded (%70rod is prod) and looked up regardless of ASCII case. Both cost only the
-// requests that use them.
-func (s *call) deploymentModel() string {
-	d := s.deployment
-	if d == "" {
-		return ""
-	}
-	if m, ok := s.p.opts.AzureDeployments[d]; ok {
-		return m
-	}
-	if strings.IndexByte(d, '%') >= 0 {
-		if u, err := url.PathUnescape(d); err == nil && u != "" {
-			d = u
-			if m, ok := s.p.opts.AzureDeployments[d]; ok {
-				return m
-			}
-		}
-	}
-	if len(d) <= maxFoldedName {
-		var buf [maxFoldedName]byte
-		for i := 0; i < len(d); i++ {
-			c := d[i]
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			buf[i] = c
-		}
-		if m, ok := s.p.azureFold[string(buf[:len(d)])]; ok {
-			return m
-		}
-	}
-	return d
-}
-
-// maxFoldedName bounds the deployment names looked up regardless of case (in a buffer on the
-// stack); longer names are looked up as they are sent.
-const maxFoldedName = 128
 
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.
 var errDecodeLimit = errors.New("decoded body too large")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
@@ -70,8 +71,8 @@ func TestEstimate(t *testing.T) {
 	cl, o2 := mustEncoding(t, tiktoken.CL100K), mustEncoding(t, tiktoken.O200K)
 	cnt := func(e *tiktoken.Encoding, s string) int64 { return int64(e.CountString(s)) }
 	p := newPricer(t, Options{
-		AzureDeployments: map[string]string{"prod-chat": "gpt-4o"},
-		OutputRules:      []OutputRule{{Model: "gpt-4o-mini*", Tokens: 1000}},
+		OpenAI:      openai.Settings{AzureDeployments: map[string]string{"prod-chat": "gpt-4o"}},
+		OutputRules: []OutputRule{{Model: "gpt-4o-mini*", Tokens: 1000}},
 	})
 	hello := cnt(o2, "Hello")
 	userMsg := 3 + 1 + hello + 3 // per message, "user", content, priming
@@ -217,8 +218,8 @@ func chatBody(tb testing.TB, text []byte) string {
 // FuzzEstimate: arbitrary bodies and paths never panic and never give a negative price.
 // Long fuzzing: go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 func FuzzEstimate(f *testing.F) {
-	p := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}})
-	uncached := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}, CountCache: -1})
+	p := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}})
+	uncached := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}, CountCache: -1})
 	seeds := []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],"tools":[{}]}`},

@@ -10,9 +10,9 @@
 // Dialect is its provider.Dialect, a stateless value safe for concurrent use; Price is a
 // stateless function of one pricing.Request and allocates nothing. It imports
 // internal/provider, internal/provider/pricing, and internal/provider/openai for the
-// compatibility endpoint's error body, headers, path and chat rule; it must never import
-// internal/provider/dialects, internal/filter, internal/reconcile or internal/tokens (they
-// consume it).
+// compatibility endpoint's error body, headers, path and chat rule (with OpenAI's Settings); it
+// must never import internal/provider/dialects, internal/filter, internal/reconcile or
+// internal/tokens (they consume it).
 //
 // # Pricing
 //

@@ -22,13 +22,14 @@ const (
 )
 
 // Price prices the parsed body of a request to the family, from the object root: the Messages
-// API, or the OpenAI-compatible endpoint's chat body. It counts in cl100k_base whatever the
-// model, sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate.
-// It allocates nothing.
-func Price(s *pricing.Request, root int) {
+// API, or the OpenAI-compatible endpoint's chat body, which is read by OpenAI's chat rule with
+// chat (its image parts are OpenAI's). It counts in cl100k_base whatever the model, sets
+// s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate. It allocates
+// nothing.
+func Price(s *pricing.Request, root int, chat *openai.Settings) {
 	s.SetEncoding(s.Config().CL100K)
 	if s.Est.API == provider.ChatCompletions {
-		compatChat(s, root)
+		compatChat(s, root, chat)
 		return
 	}
 	messages(s, root)
@@ -152,9 +153,9 @@ func factor(s *pricing.Request) float64 {
 // api/openai-sdk), so the estimate is the Messages one: the chat rule's count with cl100k_base,
 // plus the Messages overheads (the wrapper, 5 rather than 3 per message, Anthropic's tool-use
 // system prompt), times the model's factor. A larger n is reserved all the same.
-func compatChat(s *pricing.Request, root int) {
+func compatChat(s *pricing.Request, root int, chat *openai.Settings) {
 	s.Approx(pricing.ReasonAnthropicEstimate)
-	openai.Chat(s, root)
+	openai.Chat(s, root, chat)
 	text := s.Est.PromptTokens + anthropicBase
 	msgs := s.Doc.Get(root, "messages")
 	s.Doc.Elems(msgs, func(int) bool {

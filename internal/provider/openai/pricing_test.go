@@ -32,7 +32,7 @@ func price(tb testing.TB, api provider.API, model, body string) pricing.Estimate
 		tb.Fatal(err)
 	}
 	r.Est = pricing.Estimate{Provider: provider.OpenAI, API: api, Model: model}
-	Price(&r, 0)
+	Price(&r, 0, &Settings{})
 	return r.Est
 }
 

@@ -22,15 +22,15 @@ type FactorRule struct {
 	Factor float64
 }
 
-// Config is what the rooms read of tokens.Options, validated and with its defaults filled by
-// tokens.New. It is immutable once a Request uses it, and so safe for concurrent use.
+// Config is what every room reads of tokens.Options, validated and with its defaults filled by
+// tokens.New; the settings of one family are its room's own (its Settings, which
+// internal/provider/dialects.Price hands it). It is immutable once a Request uses it, and so
+// safe for concurrent use.
 type Config struct {
 	// DefaultOutputTokens and OutputRules set the output reserved when a request names no
 	// maximum (DefaultOutput).
 	DefaultOutputTokens int64
 	OutputRules         []OutputRule
-	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown.
-	ImageTokens int64
 	// AnthropicFactors (first match wins) and AnthropicFactor (no rule matches) multiply the
 	// Anthropic estimate's cl100k_base count.
 	AnthropicFactors []FactorRule
