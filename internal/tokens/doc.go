@@ -7,9 +7,9 @@
 // (dialects.Price), which chooses the encoding and walks the body by its API's rules.
 // What a body that cannot be read in full costs (bound.go), the input a request refers to but
 // does not hold and the raw pricing of unknown APIs are this package's; the settings of one
-// provider family are its room's (Options.OpenAI), which New validates and Estimate hands to
-// the room through dialects.Price. Text is counted by internal/tiktoken, the exact counter for
-// OpenAI's cl100k_base and o200k_base encodings.
+// provider family are its room's (Options.OpenAI, Options.Anthropic), which New validates and
+// Estimate hands to the room through dialects.Price. Text is counted by internal/tiktoken, the
+// exact counter for OpenAI's cl100k_base and o200k_base encodings.
 //
 // It imports internal/provider, internal/provider/dialects, internal/provider/pricing, the rooms
 // (for their Settings) and internal/tiktoken; it must never import internal/filter or

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
@@ -21,20 +22,6 @@ import (
 
 // OutputRule sets the output reservation for models matching a glob.
 type OutputRule = pricing.OutputRule
-
-// FactorRule sets the Anthropic estimate's multiplier for models matching a glob.
-type FactorRule = pricing.FactorRule
-
-// DefaultAnthropicFactors returns the rules used when Options.AnthropicFactors is nil: 1.6 for
-// the models that use Anthropic's earlier tokenizer (Claude 3 through Opus 4.6, Sonnet 4.6 and
-// Haiku 4.5); newer models fall back to AnthropicFactor.
-func DefaultAnthropicFactors() []FactorRule {
-	return []FactorRule{
-		{Model: "claude-3*", Factor: 1.6},
-		{Model: "claude-*-4-[0-6]*", Factor: 1.6},
-		{Model: "claude-*-4", Factor: 1.6},
-	}
-}
 
 // Options configures a Pricer. The zero value is usable: New fills the documented defaults.
 type Options struct {
@@ -59,16 +46,9 @@ type Options struct {
 	// servers): the Azure deployments' models and the cost of an image of unknown size. The
 	// zero value is its defaults.
 	OpenAI openai.Settings
-	// AnthropicFactors set the multiplier of the cl100k_base count of Anthropic request text
-	// per model glob (first match wins); internal/provider/anthropic's package doc gives the
-	// evidence. Nil means DefaultAnthropicFactors; an empty non-nil slice means none.
-	AnthropicFactors []FactorRule
-	// AnthropicFactor is the multiplier for Anthropic models no AnthropicFactors rule matches
-	// (newer and unknown models). Must be in [1, 10]. Default 2.0.
-	AnthropicFactor float64
-	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown. Default
-	// 1600, the most Anthropic's published formula gives (1.15 megapixels / 750).
-	AnthropicImageTokens int64
+	// Anthropic are the settings of Anthropic's family: the multipliers of its estimate and the
+	// cost of an image of unknown size. The zero value is its defaults.
+	Anthropic anthropic.Settings
 	// RequestBufferBytes is Envoy's with_request_body.max_request_bytes (1 MiB in the shipped
 	// envoy.yaml): a body of this size or more that came without a content-length may be the
 	// first part only (Envoy reports it complete), and is priced at the upper bound. Default
@@ -100,8 +80,6 @@ type Options struct {
 const (
 	DefaultOutputTokens = 4096
 	DefaultMaxBodyBytes = 4 << 20
-	DefaultAnthropic    = 2.0
-	DefaultAnthropicImg = 1600
 	DefaultCountCache   = 1 << 16
 	// DefaultRequestBufferBytes is the max_request_bytes of the shipped envoy.yaml.
 	DefaultRequestBufferBytes = 1 << 20
@@ -113,8 +91,8 @@ type Pricer struct {
 	fallback *tiktoken.Encoding
 	cl100k   *tiktoken.Encoding
 	o200k    *tiktoken.Encoding
-	// cfg is what every room reads of opts; rooms are the rooms' own settings of opts,
-	// validated and with their defaults filled.
+	// cfg is what every room reads of opts; rooms are opts.OpenAI and opts.Anthropic, validated
+	// and with their defaults filled.
 	cfg   pricing.Config
 	rooms dialects.Settings
 	work  sync.Pool // *work
@@ -143,12 +121,6 @@ func New(opts Options) (*Pricer, error) {
 	}
 	if opts.MaxDecodedBytes == 0 {
 		opts.MaxDecodedBytes = DefaultMaxBodyBytes
-	}
-	if opts.AnthropicFactor == 0 {
-		opts.AnthropicFactor = DefaultAnthropic
-	}
-	if opts.AnthropicImageTokens == 0 {
-		opts.AnthropicImageTokens = DefaultAnthropicImg
 	}
 	if opts.CountCache == 0 {
 		opts.CountCache = DefaultCountCache
@@ -196,24 +168,7 @@ func New(opts Options) (*Pricer, error) {
 	if opts.MaxDecodedBytes < 0 || opts.MaxDecodedBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("tokens: MaxDecodedBytes %d out of range (0, 1 GiB]", opts.MaxDecodedBytes))
 	}
-	if opts.AnthropicImageTokens < 0 {
-		errs = append(errs, errors.New("tokens: AnthropicImageTokens must not be negative"))
-	}
-	if opts.AnthropicFactors == nil {
-		opts.AnthropicFactors = DefaultAnthropicFactors()
-	}
-	if !(opts.AnthropicFactor >= 1 && opts.AnthropicFactor <= 10) {
-		errs = append(errs, fmt.Errorf("tokens: AnthropicFactor %v out of range [1, 10]", opts.AnthropicFactor))
-	}
-	for i, r := range opts.AnthropicFactors {
-		if _, err := path.Match(r.Model, ""); err != nil {
-			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: model glob %q: %w", i, r.Model, err))
-		}
-		if !(r.Factor >= 1 && r.Factor <= 10) {
-			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: factor %v out of range [1, 10]", i, r.Factor))
-		}
-	}
-	rooms := dialects.Settings{OpenAI: opts.OpenAI}
+	rooms := dialects.Settings{OpenAI: opts.OpenAI, Anthropic: opts.Anthropic}
 	if err := rooms.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -232,15 +187,12 @@ func New(opts Options) (*Pricer, error) {
 		return nil, errors.Join(errs...)
 	}
 	p.cfg = pricing.Config{
-		DefaultOutputTokens:  opts.DefaultOutputTokens,
-		OutputRules:          opts.OutputRules,
-		AnthropicFactors:     opts.AnthropicFactors,
-		AnthropicFactor:      opts.AnthropicFactor,
-		AnthropicImageTokens: opts.AnthropicImageTokens,
-		Cache:                pricing.NewCache(opts.CountCache),
-		CL100K:               p.cl100k,
-		O200K:                p.o200k,
-		Fallback:             p.fallback,
+		DefaultOutputTokens: opts.DefaultOutputTokens,
+		OutputRules:         opts.OutputRules,
+		Cache:               pricing.NewCache(opts.CountCache),
+		CL100K:              p.cl100k,
+		O200K:               p.o200k,
+		Fallback:            p.fallback,
 	}
 	p.work.New = func() any { return new(work) }
 	return p, nil

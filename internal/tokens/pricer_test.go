@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
@@ -178,12 +179,12 @@ func TestGzipBomb(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	t.Parallel()
-	_, err := New(Options{DefaultOutputTokens: -1, FallbackEncoding: "p50k_base", AnthropicFactor: 0.5,
+	_, err := New(Options{DefaultOutputTokens: -1, FallbackEncoding: "p50k_base", Anthropic: anthropic.Settings{Factor: 0.5},
 		OutputRules: []OutputRule{{Model: "[", Tokens: 1}}, MaxBodyBytes: -1})
 	if err == nil {
 		t.Fatal("New accepted bad options")
 	}
-	for _, want := range []string{"DefaultOutputTokens", "FallbackEncoding", "AnthropicFactor", "OutputRules[0]", "MaxBodyBytes"} {
+	for _, want := range []string{"DefaultOutputTokens", "FallbackEncoding", "anthropic: Factor", "OutputRules[0]", "MaxBodyBytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

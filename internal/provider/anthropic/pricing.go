@@ -2,7 +2,6 @@ package anthropic
 
 import (
 	"math"
-	"path"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
@@ -11,7 +10,7 @@ import (
 
 // Anthropic pricing: an estimate, see the package doc for its evidence. Text is counted with
 // cl100k_base; the count plus per-message and per-block overheads is multiplied by the model's
-// factor (tokens.Options.AnthropicFactors, AnthropicFactor).
+// factor (Settings.Factors, Factor).
 // Images use Anthropic's published size formula; tool definitions add the tool-use system
 // prompt Anthropic documents.
 const (
@@ -21,22 +20,22 @@ const (
 	anthropicToolsSystem = 530 // the largest tool-use system prompt in Anthropic's published table
 )
 
-// Price prices the parsed body of a request to the family, from the object root: the Messages
-// API, or the OpenAI-compatible endpoint's chat body, which is read by OpenAI's chat rule with
-// chat (its image parts are OpenAI's). It counts in cl100k_base whatever the model, sets
-// s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate. It allocates
-// nothing.
-func Price(s *pricing.Request, root int, chat *openai.Settings) {
+// Price prices the parsed body of a request to the family, from the object root, with set
+// (validated): the Messages API, or the OpenAI-compatible endpoint's chat body, which is read
+// by OpenAI's chat rule with chat (its image parts are OpenAI's). It counts in cl100k_base
+// whatever the model, sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are
+// approximate. It allocates nothing.
+func Price(s *pricing.Request, root int, set *Settings, chat *openai.Settings) {
 	s.SetEncoding(s.Config().CL100K)
 	if s.Est.API == provider.ChatCompletions {
-		compatChat(s, root, chat)
+		compatChat(s, root, set, chat)
 		return
 	}
-	messages(s, root)
+	messages(s, root, set)
 }
 
 // messages prices a Messages API body.
-func messages(s *pricing.Request, root int) {
+func messages(s *pricing.Request, root int, set *Settings) {
 	s.Approx(pricing.ReasonAnthropicEstimate)
 	var text, images int64 = anthropicBase, 0
 	var blocks func(v int)
@@ -62,7 +61,7 @@ func messages(s *pricing.Request, root int) {
 			case s.Doc.TextIs(typ, "thinking"):
 				text += s.CountText(s.Doc.Get(b, "thinking"))
 			case s.Doc.TextIs(typ, "image"):
-				images += image(s, s.Doc.Get(b, "source"))
+				images += image(s, s.Doc.Get(b, "source"), set)
 			case s.Doc.TextIs(typ, "tool_result"):
 				text += s.CountText(s.Doc.Get(b, "tool_use_id"))
 				blocks(s.Doc.Get(b, "content")) // a string or blocks; nesting is bounded by the parser
@@ -120,29 +119,19 @@ func messages(s *pricing.Request, root int) {
 		text += anthropicToolsSystem + s.CountRaw(t)
 	}
 	s.Resent = false
-	s.Est.PromptTokens = int64(math.Ceil(float64(text)*factor(s))) + images
+	s.Est.PromptTokens = int64(math.Ceil(float64(text)*set.factor(s.Est.Model))) + images
 	s.Est.OutputTokens = s.MaxOutput(root, s.DefaultOutput(), "max_tokens")
 }
 
 // image prices an image block's source: by its size when its base64 data tells it, else at
-// Config.AnthropicImageTokens.
-func image(s *pricing.Request, src int) int64 {
+// set.ImageTokens.
+func image(s *pricing.Request, src int, set *Settings) int64 {
 	if s.Doc.TextIs(s.Doc.Get(src, "type"), "base64") {
 		if w, h, ok := s.Base64ImageSize(s.Doc.Get(src, "data")); ok {
-			return imageTokens(w, h, s.Config().AnthropicImageTokens)
+			return imageTokens(w, h, set.ImageTokens)
 		}
 	}
-	return s.Config().AnthropicImageTokens
-}
-
-// factor is the multiplier for the request's model.
-func factor(s *pricing.Request) float64 {
-	for _, r := range s.Config().AnthropicFactors {
-		if ok, _ := path.Match(r.Model, s.Est.Model); ok {
-			return r.Factor
-		}
-	}
-	return s.Config().AnthropicFactor
+	return set.ImageTokens
 }
 
 // compatChat prices a body sent to Anthropic's OpenAI-compatible endpoint
@@ -153,7 +142,7 @@ func factor(s *pricing.Request) float64 {
 // api/openai-sdk), so the estimate is the Messages one: the chat rule's count with cl100k_base,
 // plus the Messages overheads (the wrapper, 5 rather than 3 per message, Anthropic's tool-use
 // system prompt), times the model's factor. A larger n is reserved all the same.
-func compatChat(s *pricing.Request, root int, chat *openai.Settings) {
+func compatChat(s *pricing.Request, root int, set *Settings, chat *openai.Settings) {
 	s.Approx(pricing.ReasonAnthropicEstimate)
 	openai.Chat(s, root, chat)
 	text := s.Est.PromptTokens + anthropicBase
@@ -168,5 +157,5 @@ func compatChat(s *pricing.Request, root int, chat *openai.Settings) {
 			break
 		}
 	}
-	s.Est.PromptTokens = int64(math.Ceil(float64(text) * factor(s)))
+	s.Est.PromptTokens = int64(math.Ceil(float64(text) * set.factor(s.Est.Model)))
 }

@@ -1,6 +1,8 @@
 package dialects
 
 import (
+	"errors"
+
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
@@ -25,13 +27,14 @@ func Named(name string) provider.Dialect { return Of(provider.Parse(name)) }
 // Settings are the rooms' own pricing settings, one field per room. The zero value is every
 // room's defaults. After Validate it is read only, and so safe for concurrent use.
 type Settings struct {
-	OpenAI openai.Settings
+	OpenAI    openai.Settings
+	Anthropic anthropic.Settings
 }
 
 // Validate validates every room's settings (filling their defaults), reporting every invalid
 // setting at once. Call it once, before the Settings price a request.
 func (s *Settings) Validate() error {
-	return s.OpenAI.Validate()
+	return errors.Join(s.OpenAI.Validate(), s.Anthropic.Validate())
 }
 
 // Price prices the parsed body of a request in the room of its provider (r.Est.Provider and
@@ -42,7 +45,7 @@ func (s *Settings) Validate() error {
 func Price(r *pricing.Request, root int, set *Settings) {
 	switch r.Est.Provider {
 	case provider.Anthropic:
-		anthropic.Price(r, root, &set.OpenAI)
+		anthropic.Price(r, root, &set.Anthropic, &set.OpenAI)
 	default:
 		openai.Price(r, root, &set.OpenAI)
 	}

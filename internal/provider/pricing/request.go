@@ -16,12 +16,6 @@ type OutputRule struct {
 	Tokens int64
 }
 
-// FactorRule sets the Anthropic estimate's multiplier for models matching a glob.
-type FactorRule struct {
-	Model  string // path.Match glob over the model name
-	Factor float64
-}
-
 // Config is what every room reads of tokens.Options, validated and with its defaults filled by
 // tokens.New; the settings of one family are its room's own (its Settings, which
 // internal/provider/dialects.Price hands it). It is immutable once a Request uses it, and so
@@ -31,12 +25,6 @@ type Config struct {
 	// maximum (DefaultOutput).
 	DefaultOutputTokens int64
 	OutputRules         []OutputRule
-	// AnthropicFactors (first match wins) and AnthropicFactor (no rule matches) multiply the
-	// Anthropic estimate's cl100k_base count.
-	AnthropicFactors []FactorRule
-	AnthropicFactor  float64
-	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown.
-	AnthropicImageTokens int64
 	// Cache holds the counts of resent texts; nil when off.
 	Cache *Cache
 	// CL100K and O200K are OpenAI's encodings; Fallback counts the text of models with no
