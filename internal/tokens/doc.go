@@ -86,9 +86,11 @@
 // identical with and without it (FuzzEstimate checks both). BenchmarkConversation measures it
 // on 8 KB bodies of ongoing conversations.
 //
-// Proof: the table tests of every API and reason (TestEstimate), the rooms' fixtures (the
-// OpenAI cookbook's published totals in internal/provider/openai/testdata), FuzzEstimate and
-// FuzzBound. Benchmarks: BenchmarkEstimate, BenchmarkParse, BenchmarkConversation. Long fuzzing:
+// Proof: the table tests of what this package does around the rooms (TestEstimate: recognition,
+// the model and stream read from the body, options, reading and decoding bodies, bounds), the
+// rooms' table tests of every API's rules (TestPrice in internal/provider/openai and
+// internal/provider/anthropic) and their fixtures (the OpenAI cookbook's published totals in
+// internal/provider/openai/testdata), FuzzEstimate and FuzzBound. Benchmarks: BenchmarkEstimate, BenchmarkParse, BenchmarkConversation. Long fuzzing:
 //
 //	go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 package tokens
