@@ -22,6 +22,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -49,7 +50,8 @@ type env struct {
 func policyFor(t testing.TB, c *config.Config) *Policy {
 	t.Helper()
 	p := c.File.Pricing
-	opts := tokens.Options{DefaultOutputTokens: p.DefaultOutputTokens, FallbackEncoding: p.FallbackEncoding, AzureDeployments: p.AzureDeployments}
+	opts := tokens.Options{DefaultOutputTokens: p.DefaultOutputTokens, FallbackEncoding: p.FallbackEncoding,
+		OpenAI: openai.Settings{AzureDeployments: p.AzureDeployments}}
 	for _, m := range p.OutputTokens {
 		opts.OutputRules = append(opts.OutputRules, tokens.OutputRule{Model: m.Model, Tokens: m.Tokens})
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
@@ -15,8 +16,8 @@ func NewPolicy(c *config.Config) (*filter.Policy, error) {
 	opts := tokens.Options{
 		DefaultOutputTokens: p.DefaultOutputTokens,
 		FallbackEncoding:    p.FallbackEncoding,
-		AzureDeployments:    p.AzureDeployments,
 		RequestBufferBytes:  p.MaxRequestBytes,
+		OpenAI:              openai.Settings{AzureDeployments: p.AzureDeployments},
 		// The config's defaults are the tokens package's: 0 means the table's maxima.
 		UnreadableOutputTokens: p.Unreadable.OutputTokens,
 		RefuseUnreadable:       c.RefuseUnreadable,

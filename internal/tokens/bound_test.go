@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf16"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
 
@@ -91,7 +92,7 @@ func TestProviderParserLeniency(t *testing.T) {
 // from its prefix before the bound.
 func TestUpperBounds(t *testing.T) {
 	t.Parallel()
-	p := newPricer(t, Options{AzureDeployments: map[string]string{"prod": "gpt-4o-mini"}})
+	p := newPricer(t, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"prod": "gpt-4o-mini"}}})
 	mib := 1 << 20
 	prefix := `{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"`
 	cut := func(n int) []byte { // the first n bytes of a body that goes on

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
 // boundCases are requests of every API and the hostile shapes that cost Estimate the most per
@@ -43,7 +45,7 @@ func boundCases(tb testing.TB) []*Input {
 // API and model, and is marked ReasonDeadline.
 func TestBound(t *testing.T) {
 	t.Parallel()
-	p := newPricer(t, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}})
+	p := newPricer(t, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}})
 	for i, in := range boundCases(t) {
 		est, b := p.Estimate(in), p.Bound(in)
 		if b.PromptTokens < est.PromptTokens || b.Cost() < est.Cost() {
@@ -86,7 +88,7 @@ func TestBoundIsCheap(t *testing.T) {
 
 // FuzzBound: on any input Bound never panics and is never below Estimate.
 func FuzzBound(f *testing.F) {
-	p := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}, CountCache: -1})
+	p := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}, CountCache: -1})
 	for _, in := range boundCases(f) {
 		if len(in.Body) < 4096 {
 			f.Add(in.Path, in.Body, in.ContentEncoding, in.ContentLength, in.Partial)

@@ -5,14 +5,16 @@
 // reads its body as the provider would (charsets, gzip and deflate, partial and oversized
 // bodies), parses it into a pricing.Request and hands that to the provider's room
 // (dialects.Price), which chooses the encoding and walks the body by its API's rules.
-// What a body that cannot be read in full costs (bound.go), the input a request
-// refers to but does not hold, Azure's deployments and the raw pricing of unknown APIs are this
-// package's. Text is counted by internal/tiktoken, the exact counter for OpenAI's cl100k_base and
-// o200k_base encodings.
+// What a body that cannot be read in full costs (bound.go), the input a request refers to but
+// does not hold and the raw pricing of unknown APIs are this package's; the settings of one
+// provider family are its room's (Options.OpenAI, Options.Anthropic), which New validates and
+// Estimate hands to the room through dialects.Price. Text is counted by internal/tiktoken, the
+// exact counter for OpenAI's cl100k_base and o200k_base encodings.
 //
-// It imports internal/provider, internal/provider/dialects, internal/provider/pricing and
-// internal/tiktoken; it must never import internal/filter or internal/bucket (they consume it),
-// and nothing in it touches the network (internal/tiktoken embeds the vocabularies).
+// It imports internal/provider, internal/provider/dialects, internal/provider/pricing, the rooms
+// (for their Settings) and internal/tiktoken; it must never import internal/filter or
+// internal/bucket (they consume it), and nothing in it touches the network (internal/tiktoken
+// embeds the vocabularies).
 //
 // # APIs
 //
@@ -29,8 +31,9 @@
 //     (its OpenAI SDK compatibility layer): the OpenAI chat body, priced with the Anthropic
 //     estimate; Anthropic for every rule, answered in OpenAI's format.
 //   - Azure OpenAI /openai/deployments/{name}/{chat/completions,completions,embeddings,
-//     responses}?api-version=...: the model is the deployment's (Options.AzureDeployments, else
-//     the deployment name itself), never the body's; /openai/v1/... with the model in the body.
+//     responses}?api-version=...: the model is the deployment's (openai.Settings.DeploymentModel:
+//     Options.OpenAI.AzureDeployments, else the deployment name itself), never the body's;
+//     /openai/v1/... with the model in the body.
 //
 // Any other path is UnknownAPI: the raw body is counted as text and no output is reserved.
 //
@@ -83,9 +86,11 @@
 // identical with and without it (FuzzEstimate checks both). BenchmarkConversation measures it
 // on 8 KB bodies of ongoing conversations.
 //
-// Proof: the table tests of every API and reason (TestEstimate), the rooms' fixtures (the
-// OpenAI cookbook's published totals in internal/provider/openai/testdata), FuzzEstimate and
-// FuzzBound. Benchmarks: BenchmarkEstimate, BenchmarkParse, BenchmarkConversation. Long fuzzing:
+// Proof: the table tests of what this package does around the rooms (TestEstimate: recognition,
+// the model and stream read from the body, options, reading and decoding bodies, bounds), the
+// rooms' table tests of every API's rules (TestPrice in internal/provider/openai and
+// internal/provider/anthropic) and their fixtures (the OpenAI cookbook's published totals in
+// internal/provider/openai/testdata), FuzzEstimate and FuzzBound. Benchmarks: BenchmarkEstimate, BenchmarkParse, BenchmarkConversation. Long fuzzing:
 //
 //	go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 package tokens

@@ -9,32 +9,19 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"path"
 	"strings"
 	"sync"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
 
 // OutputRule sets the output reservation for models matching a glob.
 type OutputRule = pricing.OutputRule
-
-// FactorRule sets the Anthropic estimate's multiplier for models matching a glob.
-type FactorRule = pricing.FactorRule
-
-// DefaultAnthropicFactors returns the rules used when Options.AnthropicFactors is nil: 1.6 for
-// the models that use Anthropic's earlier tokenizer (Claude 3 through Opus 4.6, Sonnet 4.6 and
-// Haiku 4.5); newer models fall back to AnthropicFactor.
-func DefaultAnthropicFactors() []FactorRule {
-	return []FactorRule{
-		{Model: "claude-3*", Factor: 1.6},
-		{Model: "claude-*-4-[0-6]*", Factor: 1.6},
-		{Model: "claude-*-4", Factor: 1.6},
-	}
-}
 
 // Options configures a Pricer. The zero value is usable: New fills the documented defaults.
 type Options struct {
@@ -49,28 +36,19 @@ type Options struct {
 	// or more tokens than o200k_base for nearly all text, so unknown models are not
 	// under-priced by picking the denser vocabulary.
 	FallbackEncoding string
-	// AzureDeployments maps an Azure OpenAI deployment name to its model, for requests whose
-	// body names no model. Unmapped deployments are tried as model names.
-	AzureDeployments map[string]string
 	// MaxBodyBytes bounds the (decoded) body that is parsed, and so the time pricing takes
 	// (about 50 ms per MiB of English); bigger bodies are priced from their first
 	// MaxBodyBytes scaled to their size. Default 4 MiB.
 	MaxBodyBytes int64
 	// MaxDecodedBytes bounds what a gzip or deflate body may decode to. Default 4 MiB.
 	MaxDecodedBytes int64
-	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown (an
-	// http(s) URL), replacing the model rule's worst case (1445 for gpt-4o at detail high).
-	ImageTokens int64
-	// AnthropicFactors set the multiplier of the cl100k_base count of Anthropic request text
-	// per model glob (first match wins); internal/provider/anthropic's package doc gives the
-	// evidence. Nil means DefaultAnthropicFactors; an empty non-nil slice means none.
-	AnthropicFactors []FactorRule
-	// AnthropicFactor is the multiplier for Anthropic models no AnthropicFactors rule matches
-	// (newer and unknown models). Must be in [1, 10]. Default 2.0.
-	AnthropicFactor float64
-	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown. Default
-	// 1600, the most Anthropic's published formula gives (1.15 megapixels / 750).
-	AnthropicImageTokens int64
+	// OpenAI are the settings of OpenAI's family (OpenAI, Azure OpenAI, OpenAI-compatible
+	// servers): the Azure deployments' models and the cost of an image of unknown size. The
+	// zero value is its defaults.
+	OpenAI openai.Settings
+	// Anthropic are the settings of Anthropic's family: the multipliers of its estimate and the
+	// cost of an image of unknown size. The zero value is its defaults.
+	Anthropic anthropic.Settings
 	// RequestBufferBytes is Envoy's with_request_body.max_request_bytes (1 MiB in the shipped
 	// envoy.yaml): a body of this size or more that came without a content-length may be the
 	// first part only (Envoy reports it complete), and is priced at the upper bound. Default
@@ -102,8 +80,6 @@ type Options struct {
 const (
 	DefaultOutputTokens = 4096
 	DefaultMaxBodyBytes = 4 << 20
-	DefaultAnthropic    = 2.0
-	DefaultAnthropicImg = 1600
 	DefaultCountCache   = 1 << 16
 	// DefaultRequestBufferBytes is the max_request_bytes of the shipped envoy.yaml.
 	DefaultRequestBufferBytes = 1 << 20
@@ -111,15 +87,15 @@ const (
 
 // Pricer prices requests. It is immutable after New and safe for concurrent use.
 type Pricer struct {
-	opts Options
-	// azureFold is Options.AzureDeployments with ASCII-lower-cased names.
-	azureFold map[string]string
-	fallback  *tiktoken.Encoding
-	cl100k    *tiktoken.Encoding
-	o200k     *tiktoken.Encoding
-	// cfg is what the rooms read of opts.
-	cfg  pricing.Config
-	work sync.Pool // *work
+	opts     Options
+	fallback *tiktoken.Encoding
+	cl100k   *tiktoken.Encoding
+	o200k    *tiktoken.Encoding
+	// cfg is what every room reads of opts; rooms are opts.OpenAI and opts.Anthropic, validated
+	// and with their defaults filled.
+	cfg   pricing.Config
+	rooms dialects.Settings
+	work  sync.Pool // *work
 }
 
 // work is the per-call scratch, pooled.
@@ -145,12 +121,6 @@ func New(opts Options) (*Pricer, error) {
 	}
 	if opts.MaxDecodedBytes == 0 {
 		opts.MaxDecodedBytes = DefaultMaxBodyBytes
-	}
-	if opts.AnthropicFactor == 0 {
-		opts.AnthropicFactor = DefaultAnthropic
-	}
-	if opts.AnthropicImageTokens == 0 {
-		opts.AnthropicImageTokens = DefaultAnthropicImg
 	}
 	if opts.CountCache == 0 {
 		opts.CountCache = DefaultCountCache
@@ -198,29 +168,11 @@ func New(opts Options) (*Pricer, error) {
 	if opts.MaxDecodedBytes < 0 || opts.MaxDecodedBytes > 1<<30 {
 		errs = append(errs, fmt.Errorf("tokens: MaxDecodedBytes %d out of range (0, 1 GiB]", opts.MaxDecodedBytes))
 	}
-	if opts.ImageTokens < 0 || opts.AnthropicImageTokens < 0 {
-		errs = append(errs, errors.New("tokens: image token costs must not be negative"))
+	rooms := dialects.Settings{OpenAI: opts.OpenAI, Anthropic: opts.Anthropic}
+	if err := rooms.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if opts.AnthropicFactors == nil {
-		opts.AnthropicFactors = DefaultAnthropicFactors()
-	}
-	if !(opts.AnthropicFactor >= 1 && opts.AnthropicFactor <= 10) {
-		errs = append(errs, fmt.Errorf("tokens: AnthropicFactor %v out of range [1, 10]", opts.AnthropicFactor))
-	}
-	for i, r := range opts.AnthropicFactors {
-		if _, err := path.Match(r.Model, ""); err != nil {
-			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: model glob %q: %w", i, r.Model, err))
-		}
-		if !(r.Factor >= 1 && r.Factor <= 10) {
-			errs = append(errs, fmt.Errorf("tokens: AnthropicFactors[%d]: factor %v out of range [1, 10]", i, r.Factor))
-		}
-	}
-	for name, model := range opts.AzureDeployments {
-		if name == "" || model == "" {
-			errs = append(errs, fmt.Errorf("tokens: AzureDeployments: empty deployment or model (%q: %q)", name, model))
-		}
-	}
-	p := &Pricer{opts: opts}
+	p := &Pricer{opts: opts, rooms: rooms}
 	var err error
 	if p.cl100k, err = tiktoken.Get(tiktoken.CL100K); err != nil {
 		errs = append(errs, err)
@@ -235,20 +187,12 @@ func New(opts Options) (*Pricer, error) {
 		return nil, errors.Join(errs...)
 	}
 	p.cfg = pricing.Config{
-		DefaultOutputTokens:  opts.DefaultOutputTokens,
-		OutputRules:          opts.OutputRules,
-		ImageTokens:          opts.ImageTokens,
-		AnthropicFactors:     opts.AnthropicFactors,
-		AnthropicFactor:      opts.AnthropicFactor,
-		AnthropicImageTokens: opts.AnthropicImageTokens,
-		Cache:                pricing.NewCache(opts.CountCache),
-		CL100K:               p.cl100k,
-		O200K:                p.o200k,
-		Fallback:             p.fallback,
-	}
-	p.azureFold = make(map[string]string, len(opts.AzureDeployments))
-	for name, model := range opts.AzureDeployments {
-		p.azureFold[strings.ToLower(name)] = model
+		DefaultOutputTokens: opts.DefaultOutputTokens,
+		OutputRules:         opts.OutputRules,
+		Cache:               pricing.NewCache(opts.CountCache),
+		CL100K:              p.cl100k,
+		O200K:               p.o200k,
+		Fallback:            p.fallback,
 	}
 	p.work.New = func() any { return new(work) }
 	return p, nil
@@ -356,7 +300,7 @@ func (s *call) parsed(body []byte, size int64) {
 		return
 	}
 	root := 0
-	if s.Est.Model = s.deploymentModel(); s.Est.Model == "" {
+	if s.Est.Model = s.p.rooms.OpenAI.DeploymentModel(s.deployment); s.Est.Model == "" {
 		model := s.Doc.Get(root, "model")
 		if m, ok := s.Doc.Text(nil, model); ok {
 			s.Est.Model = string(m)
@@ -367,7 +311,7 @@ func (s *call) parsed(body []byte, size int64) {
 	if st := s.Doc.Get(root, "stream"); s.Doc.Kind(st) == pricing.Bool {
 		s.Est.Stream = s.Doc.Raw(st)[0] == 't'
 	}
-	dialects.Price(&s.Request, root)
+	dialects.Price(&s.Request, root, &s.p.rooms)
 	s.Est.Chars = int64(len(body))
 	if s.Est.OutputUnset {
 		l, _ := s.limits()
@@ -452,53 +396,6 @@ func (s *call) unknownAPI(in *Input, size int64, partial bool) {
 	}
 	s.Est.PromptTokens = scaled(s.Count(body), scale)
 }
-
-// deploymentModel is the model of an Azure deployment path: the deployment's model in
-// Options.AzureDeployments, else the deployment name; "" when the path names no deployment.
-// The deployment decides, never the body's "model": Azure routes a request to the model
-// deployed under the path's {deployment-id} ("POST {endpoint}/openai/deployments/{deployment-id}/
-// chat/completions", deployment-id "Deployment id of the model which was deployed": Azure
-// OpenAI REST API reference, learn.microsoft.com/azure/ai-foundry/openai/reference), so a body
-// naming another model changes nothing at Azure and must change nothing here.
-//
-// A spelling that reaches the same deployment reaches the same model: the name is
-// percent-decoded (%70rod is prod) and looked up regardless of ASCII case. Both cost only the
-// requests that use them.
-func (s *call) deploymentModel() string {
-	d := s.deployment
-	if d == "" {
-		return ""
-	}
-	if m, ok := s.p.opts.AzureDeployments[d]; ok {
-		return m
-	}
-	if strings.IndexByte(d, '%') >= 0 {
-		if u, err := url.PathUnescape(d); err == nil && u != "" {
-			d = u
-			if m, ok := s.p.opts.AzureDeployments[d]; ok {
-				return m
-			}
-		}
-	}
-	if len(d) <= maxFoldedName {
-		var buf [maxFoldedName]byte
-		for i := 0; i < len(d); i++ {
-			c := d[i]
-			if 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			buf[i] = c
-		}
-		if m, ok := s.p.azureFold[string(buf[:len(d)])]; ok {
-			return m
-		}
-	}
-	return d
-}
-
-// maxFoldedName bounds the deployment names looked up regardless of case (in a buffer on the
-// stack); longer names are looked up as they are sent.
-const maxFoldedName = 128
 
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.
 var errDecodeLimit = errors.New("decoded body too large")

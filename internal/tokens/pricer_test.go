@@ -3,8 +3,6 @@ package tokens
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -12,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
@@ -47,16 +47,6 @@ func mustJSON(tb testing.TB, v any) string {
 	return string(b)
 }
 
-// pngDataURL returns a data URL holding just a PNG signature and IHDR of the given size: all
-// the pricer reads.
-func pngDataURL(w, h int) string {
-	b := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR")
-	b = binary.BigEndian.AppendUint32(b, uint32(w))
-	b = binary.BigEndian.AppendUint32(b, uint32(h))
-	b = append(b, 8, 6, 0, 0, 0, 0, 0, 0, 0)
-	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(b)
-}
-
 func gzipped(s string) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -65,13 +55,17 @@ func gzipped(s string) []byte {
 	return buf.Bytes()
 }
 
+// TestEstimate prices requests end to end for what the Pricer does around the rooms: it
+// recognises the provider and API, reads the model (or the Azure deployment's) and stream, applies
+// the output options, reads and decodes the body and bounds what it cannot read. One plain request
+// per room shows the hand-off; each room's TestPrice holds the rules of its APIs' bodies.
 func TestEstimate(t *testing.T) {
 	t.Parallel()
 	cl, o2 := mustEncoding(t, tiktoken.CL100K), mustEncoding(t, tiktoken.O200K)
 	cnt := func(e *tiktoken.Encoding, s string) int64 { return int64(e.CountString(s)) }
 	p := newPricer(t, Options{
-		AzureDeployments: map[string]string{"prod-chat": "gpt-4o"},
-		OutputRules:      []OutputRule{{Model: "gpt-4o-mini*", Tokens: 1000}},
+		OpenAI:      openai.Settings{AzureDeployments: map[string]string{"prod-chat": "gpt-4o"}},
+		OutputRules: []OutputRule{{Model: "gpt-4o-mini*", Tokens: 1000}},
 	})
 	hello := cnt(o2, "Hello")
 	userMsg := 3 + 1 + hello + 3 // per message, "user", content, priming
@@ -84,57 +78,20 @@ func TestEstimate(t *testing.T) {
 	}{
 		{"chat string", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_completion_tokens":50,"n":2,"stream":true}`),
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 100, Stream: true, Exact: true}},
-		{"chat name and escapes", post("/v1/chat/completions", `{"model":"gpt-4","messages":[{"role":"user","name":"bob","content":"line\nnext \u00e9\ud83d\ude00"}],"max_tokens":5}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4", PromptTokens: 3 + 1 + cnt(cl, "bob") + 1 + cnt(cl, "line\nnext é😀") + 3, OutputTokens: 5, Exact: true}},
-		{"special tokens are text", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"<|endoftext|>"}],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + cnt(o2, "<|endoftext|>") + 3, OutputTokens: 1, Exact: true}},
 		{"default output per model", post("/v1/chat/completions", `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hello"}]}`),
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o-mini", PromptTokens: userMsg, OutputTokens: 1000, Exact: true}},
 		{"default output", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`),
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 4096, Exact: true}},
-		{"content parts and low image", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"Hello"},{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]}],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg + 85, OutputTokens: 1, Reason: ReasonContentParts}},
-		{"image URL worst case", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + 3 + 1445, OutputTokens: 1, Reason: ReasonContentParts}},
-		// OpenAI's published example: 2048x4096 at high detail is 1105 tokens; 1024x1024 is 765.
-		{"image size from data URL", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"`+pngDataURL(2048, 4096)+`","detail":"high"}},{"type":"image_url","image_url":{"url":"`+pngDataURL(1024, 1024)+`"}}]}],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + 3 + 1105 + 765, OutputTokens: 1, Reason: ReasonContentParts}},
-		{"tool calls and tool message", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"42"}],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + cnt(o2, "assistant") + perToolCall + cnt(o2, `{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}`) + 3 + cnt(o2, "tool") + cnt(o2, "c1") + cnt(o2, "42") + 3, OutputTokens: 1, Reason: ReasonTools}},
-		{"response_format schema", post("/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}},"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg + toolsOverhead + cnt(o2, `{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`), OutputTokens: 1, Reason: ReasonTools}},
-		{"unknown model uses fallback", post("/v1/chat/completions", `{"model":"llama-3-70b","messages":[{"role":"user","content":"Hello"}],"max_tokens":7}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "llama-3-70b", PromptTokens: 3 + 1 + cnt(cl, "Hello") + 3, OutputTokens: 7, Reason: ReasonUnknownModel}},
-		{"completions string", post("/v1/completions", `{"model":"gpt-3.5-turbo-instruct","prompt":"Say this is a test","max_tokens":7,"n":2}`),
-			Estimate{Provider: OpenAI, API: Completions, Model: "gpt-3.5-turbo-instruct", PromptTokens: cnt(cl, "Say this is a test"), OutputTokens: 14, Exact: true}},
-		{"completions array and default 16", post("/v1/completions", `{"model":"davinci-002","prompt":["a b","c"],"best_of":3}`),
-			Estimate{Provider: OpenAI, API: Completions, Model: "davinci-002", PromptTokens: cnt(cl, "a b") + cnt(cl, "c"), OutputTokens: 16 * 3 * 2, Exact: true}},
-		{"completions token arrays", post("/v1/completions", `{"model":"davinci-002","prompt":[[1,2,3],[4]],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: Completions, Model: "davinci-002", PromptTokens: 4, OutputTokens: 2, Exact: true}},
-		{"completions token array", post("/v1/completions", `{"model":"davinci-002","prompt":[1,2,3],"max_tokens":1}`),
-			Estimate{Provider: OpenAI, API: Completions, Model: "davinci-002", PromptTokens: 3, OutputTokens: 1, Exact: true}},
-		{"embeddings", post("/v1/embeddings", `{"model":"text-embedding-3-small","input":["Hello","world"]}`),
-			Estimate{Provider: OpenAI, API: Embeddings, Model: "text-embedding-3-small", PromptTokens: cnt(cl, "Hello") + cnt(cl, "world"), Exact: true}},
-		{"responses", post("/v1/responses", `{"model":"gpt-4.1","instructions":"Be brief.","input":"Hello","max_output_tokens":20}`),
-			Estimate{Provider: OpenAI, API: Responses, Model: "gpt-4.1", PromptTokens: 3 + 1 + cnt(o2, "Be brief.") + 3 + 1 + hello + 3, OutputTokens: 20, Reason: ReasonResponses}},
-		{"responses items", post("/v1/responses", `{"model":"o3","input":[{"role":"user","content":[{"type":"input_text","text":"Hello"}]}]}`),
-			Estimate{Provider: OpenAI, API: Responses, Model: "o3", PromptTokens: 3 + 1 + hello + 3, OutputTokens: 4096, Reason: ReasonResponses}},
 		{"azure deployment map", post("/openai/deployments/prod-chat/chat/completions?api-version=2024-10-21", `{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3}`),
 			Estimate{Provider: AzureOpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: userMsg, OutputTokens: 3, Exact: true}},
 		{"azure unmapped deployment named like a model", post("/openai/deployments/gpt-35-turbo/chat/completions?api-version=2024-10-21", `{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3}`),
 			Estimate{Provider: AzureOpenAI, API: ChatCompletions, Model: "gpt-35-turbo", PromptTokens: 3 + 1 + cnt(cl, "Hello") + 3, OutputTokens: 3, Exact: true}},
 		{"anthropic", post("/v1/messages", `{"model":"claude-sonnet-4-5","system":"Be brief.","messages":[{"role":"user","content":"Hello"}],"max_tokens":100}`),
 			Estimate{Provider: Anthropic, API: Messages, Model: "claude-sonnet-4-5", PromptTokens: ceil16(anthropicBase + cnt(cl, "Be brief.") + anthropicPerMessage + cnt(cl, "Hello")), OutputTokens: 100, Reason: ReasonAnthropicEstimate}},
-		{"anthropic newer model", post("/v1/messages", `{"model":"claude-opus-4-7","messages":[{"role":"user","content":"Hello"}],"max_tokens":100}`),
-			Estimate{Provider: Anthropic, API: Messages, Model: "claude-opus-4-7", PromptTokens: 2 * (anthropicBase + anthropicPerMessage + cnt(cl, "Hello")), OutputTokens: 100, Reason: ReasonAnthropicEstimate}},
-		{"anthropic blocks, image, tools", post("/v1/messages", `{"model":"claude-opus-4-1","system":[{"type":"text","text":"Sys"}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"max_tokens":1}`),
-			Estimate{Provider: Anthropic, API: Messages, Model: "claude-opus-4-1", PromptTokens: ceil16(anthropicBase+anthropicPerBlock+cnt(cl, "Sys")+anthropicPerMessage+2*anthropicPerBlock+cnt(cl, "Hi")+anthropicToolsSystem+cnt(cl, `[{"name":"f","input_schema":{"type":"object"}}]`)) + 1600, OutputTokens: 1, Reason: ReasonAnthropicEstimate}},
 		{"not JSON", post("/v1/chat/completions", `this is not json`),
 			Estimate{Provider: OpenAI, API: ChatCompletions, PromptTokens: 16, OutputTokens: openAIMaxOutput, Reason: ReasonNotJSON}},
 		{"too deep", post("/v1/chat/completions", `{"model":"gpt-4o","messages":`+strings.Repeat("[", pricing.MaxDepth)+strings.Repeat("]", pricing.MaxDepth)+`}`),
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: int64(len(`{"model":"gpt-4o","messages":}`) + 2*pricing.MaxDepth), OutputTokens: 16_384, Reason: ReasonNotJSON}},
-		{"wrong types", post("/v1/chat/completions", `{"model":"gpt-4o","messages":{"role":"user"},"max_tokens":"many"}`),
-			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: cnt(o2, `{"role":"user"}`) + 3, OutputTokens: 4096, Reason: ReasonWrongType}},
 		{"invalid UTF-8", post("/v1/chat/completions", "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}],\"max_tokens\":1}"),
 			Estimate{Provider: OpenAI, API: ChatCompletions, Model: "gpt-4o", PromptTokens: 3 + 1 + cnt(o2, "\xff\xfe") + 3, OutputTokens: 1, Reason: ReasonInvalidUTF8}},
 		{"gzip", &Input{Path: "/v1/chat/completions", ContentEncoding: "gzip", ContentLength: -1, Body: gzipped(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}],"max_tokens":2}`)},
@@ -177,12 +134,12 @@ func TestGzipBomb(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	t.Parallel()
-	_, err := New(Options{DefaultOutputTokens: -1, FallbackEncoding: "p50k_base", AnthropicFactor: 0.5,
+	_, err := New(Options{DefaultOutputTokens: -1, FallbackEncoding: "p50k_base", Anthropic: anthropic.Settings{Factor: 0.5},
 		OutputRules: []OutputRule{{Model: "[", Tokens: 1}}, MaxBodyBytes: -1})
 	if err == nil {
 		t.Fatal("New accepted bad options")
 	}
-	for _, want := range []string{"DefaultOutputTokens", "FallbackEncoding", "AnthropicFactor", "OutputRules[0]", "MaxBodyBytes"} {
+	for _, want := range []string{"DefaultOutputTokens", "FallbackEncoding", "anthropic: Factor", "OutputRules[0]", "MaxBodyBytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
@@ -217,8 +174,8 @@ func chatBody(tb testing.TB, text []byte) string {
 // FuzzEstimate: arbitrary bodies and paths never panic and never give a negative price.
 // Long fuzzing: go test -run '^$' -fuzz FuzzEstimate -fuzztime 10m ./internal/tokens/
 func FuzzEstimate(f *testing.F) {
-	p := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}})
-	uncached := newPricer(f, Options{AzureDeployments: map[string]string{"d": "gpt-4o"}, CountCache: -1})
+	p := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}})
+	uncached := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}, CountCache: -1})
 	seeds := []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],"tools":[{}]}`},

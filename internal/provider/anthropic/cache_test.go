@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tiktoken"
 )
@@ -18,15 +19,18 @@ func price(tb testing.TB, model, body string, c pricing.Counting) pricing.Estima
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := pricing.Config{DefaultOutputTokens: 4096, CL100K: cl100k, O200K: cl100k, Fallback: cl100k,
-		AnthropicFactor: 2, AnthropicFactors: []pricing.FactorRule{{Model: "claude-sonnet-4-*", Factor: 1.6}}, AnthropicImageTokens: 1600}
+	cfg := pricing.Config{DefaultOutputTokens: 4096, CL100K: cl100k, O200K: cl100k, Fallback: cl100k}
+	set := Settings{Factors: []FactorRule{{Model: "claude-sonnet-4-*", Factor: 1.6}}, Factor: 2, ImageTokens: 1600}
+	if err := set.Validate(); err != nil {
+		tb.Fatal(err)
+	}
 	var sc pricing.Scratch
 	r := pricing.NewRequest(&cfg, &sc, c)
 	if err := r.Doc.Parse([]byte(body)); err != nil {
 		tb.Fatal(err)
 	}
 	r.Est = pricing.Estimate{Provider: provider.Anthropic, API: provider.Messages, Model: model}
-	Price(&r, 0)
+	Price(&r, 0, &set, &openai.Settings{})
 	return r.Est
 }
 

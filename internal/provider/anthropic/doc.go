@@ -8,11 +8,12 @@
 // compatibility endpoint's OpenAI usage) and which rate-limit headers it sends back.
 //
 // Dialect is its provider.Dialect, a stateless value safe for concurrent use; Price is a
-// stateless function of one pricing.Request and allocates nothing. It imports
-// internal/provider, internal/provider/pricing, and internal/provider/openai for the
-// compatibility endpoint's error body, headers, path and chat rule; it must never import
-// internal/provider/dialects, internal/filter, internal/reconcile or internal/tokens (they
-// consume it).
+// stateless function of one pricing.Request and the family's Settings (the estimate's
+// multipliers and the cost of an image of unknown size: their defaults, sources and
+// validation), and allocates nothing. It imports internal/provider, internal/provider/pricing,
+// and internal/provider/openai for the compatibility endpoint's error body, headers, path and
+// chat rule (with OpenAI's Settings); it must never import internal/provider/dialects,
+// internal/filter, internal/reconcile or internal/tokens (they consume it).
 //
 // # Pricing
 //
@@ -26,7 +27,7 @@
 // 10, plus 5 per message, 3 per block and 530 when tools are defined)), plus images. The factor
 // is 1.6 for models on Anthropic's earlier tokenizer (claude-3*, claude-*-4-[0-6]*, i.e. up to
 // Opus 4.6, Sonnet 4.6, Haiku 4.5) and 2.0 for newer and unknown models
-// (tokens.Options.AnthropicFactors, AnthropicFactor). Evidence, all public and none of it a
+// (Settings.Factors, Factor; DefaultFactors). Evidence, all public and none of it a
 // tokenizer: comparisons of Anthropic's count_tokens with tiktoken put Claude 3.x/4.x at
 // roughly 1.15-1.3x GPT-4o's o200k_base (English at the low end, code at the high end), and
 // cl100k_base gives as many or more tokens than o200k_base on English and code and far more on
@@ -36,7 +37,7 @@
 // not measurements: if count_tokens shows more, raise them. 530 is the largest tool-use system
 // prompt in the table Anthropic publishes (Claude 3 Opus, tool_choice auto). Images:
 // Anthropic's vision guide, width*height/750 after scaling to at most 1568 px and 1.15 MP;
-// unknown sizes cost tokens.Options.AnthropicImageTokens (1600, the formula's maximum).
+// unknown sizes cost Settings.ImageTokens (DefaultImageTokens: 1600, the formula's maximum).
 //
 // Output reserved: max_tokens; when absent, the configured default
 // (pricing.Request.DefaultOutput).

@@ -2,7 +2,6 @@ package anthropic
 
 import (
 	"math"
-	"path"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
@@ -11,7 +10,7 @@ import (
 
 // Anthropic pricing: an estimate, see the package doc for its evidence. Text is counted with
 // cl100k_base; the count plus per-message and per-block overheads is multiplied by the model's
-// factor (tokens.Options.AnthropicFactors, AnthropicFactor).
+// factor (Settings.Factors, Factor).
 // Images use Anthropic's published size formula; tool definitions add the tool-use system
 // prompt Anthropic documents.
 const (
@@ -21,27 +20,28 @@ const (
 	anthropicToolsSystem = 530 // the largest tool-use system prompt in Anthropic's published table
 )
 
-// Price prices the parsed body of a request to the family, from the object root: the Messages
-// API, or the OpenAI-compatible endpoint's chat body. It counts in cl100k_base whatever the
-// model, sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate.
-// It allocates nothing.
-func Price(s *pricing.Request, root int) {
+// Price prices the parsed body of a request to the family, from the object root, with set
+// (validated): the Messages API, or the OpenAI-compatible endpoint's chat body, which is read
+// by OpenAI's chat rule with chat (its image parts are OpenAI's). It counts in cl100k_base
+// whatever the model, sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are
+// approximate. It allocates nothing.
+func Price(s *pricing.Request, root int, set *Settings, chat *openai.Settings) {
 	s.SetEncoding(s.Config().CL100K)
 	if s.Est.API == provider.ChatCompletions {
-		compatChat(s, root)
+		compatChat(s, root, set, chat)
 		return
 	}
-	messages(s, root)
+	messages(s, root, set)
 }
 
 // messages prices a Messages API body, in the order Anthropic builds its cache prefixes
 // (tools, system, messages), recording the prefixes its cache_control blocks mark (cache.go).
-func messages(s *pricing.Request, root int) {
+func messages(s *pricing.Request, root int, set *Settings) {
 	s.Approx(pricing.ReasonAnthropicEstimate)
 	var text, images int64 = anthropicBase, 0
 	var cp cachePrefix
 	cp.start(s, root)
-	f := factor(s)
+	f := set.factor(s.Est.Model)
 	var blocks func(v int, top bool)
 	blocks = func(v int, top bool) {
 		switch s.Doc.Kind(v) {
@@ -68,7 +68,7 @@ func messages(s *pricing.Request, root int) {
 			case s.Doc.TextIs(typ, "thinking"):
 				text += s.CountText(s.Doc.Get(b, "thinking"))
 			case s.Doc.TextIs(typ, "image"):
-				images += image(s, s.Doc.Get(b, "source"))
+				images += image(s, s.Doc.Get(b, "source"), set)
 			case s.Doc.TextIs(typ, "tool_result"):
 				text += s.CountText(s.Doc.Get(b, "tool_use_id"))
 				blocks(s.Doc.Get(b, "content"), false) // a string or blocks; nesting is bounded by the parser
@@ -141,24 +141,14 @@ func messages(s *pricing.Request, root int) {
 }
 
 // image prices an image block's source: by its size when its base64 data tells it, else at
-// Config.AnthropicImageTokens.
-func image(s *pricing.Request, src int) int64 {
+// set.ImageTokens.
+func image(s *pricing.Request, src int, set *Settings) int64 {
 	if s.Doc.TextIs(s.Doc.Get(src, "type"), "base64") {
 		if w, h, ok := s.Base64ImageSize(s.Doc.Get(src, "data")); ok {
-			return imageTokens(w, h, s.Config().AnthropicImageTokens)
+			return imageTokens(w, h, set.ImageTokens)
 		}
 	}
-	return s.Config().AnthropicImageTokens
-}
-
-// factor is the multiplier for the request's model.
-func factor(s *pricing.Request) float64 {
-	for _, r := range s.Config().AnthropicFactors {
-		if ok, _ := path.Match(r.Model, s.Est.Model); ok {
-			return r.Factor
-		}
-	}
-	return s.Config().AnthropicFactor
+	return set.ImageTokens
 }
 
 // compatChat prices a body sent to Anthropic's OpenAI-compatible endpoint
@@ -169,9 +159,9 @@ func factor(s *pricing.Request) float64 {
 // api/openai-sdk), so the estimate is the Messages one: the chat rule's count with cl100k_base,
 // plus the Messages overheads (the wrapper, 5 rather than 3 per message, Anthropic's tool-use
 // system prompt), times the model's factor. A larger n is reserved all the same.
-func compatChat(s *pricing.Request, root int) {
+func compatChat(s *pricing.Request, root int, set *Settings, chat *openai.Settings) {
 	s.Approx(pricing.ReasonAnthropicEstimate)
-	openai.Chat(s, root)
+	openai.Chat(s, root, chat)
 	text := s.Est.PromptTokens + anthropicBase
 	msgs := s.Doc.Get(root, "messages")
 	s.Doc.Elems(msgs, func(int) bool {
@@ -184,5 +174,5 @@ func compatChat(s *pricing.Request, root int) {
 			break
 		}
 	}
-	s.Est.PromptTokens = int64(math.Ceil(float64(text) * factor(s)))
+	s.Est.PromptTokens = int64(math.Ceil(float64(text) * set.factor(s.Est.Model)))
 }

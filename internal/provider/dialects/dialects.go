@@ -1,6 +1,8 @@
 package dialects
 
 import (
+	"errors"
+
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
@@ -22,15 +24,30 @@ func Of(id provider.ID) provider.Dialect {
 // Named is the dialect of the provider named name (provider.ID.String, as in a reservation's tag).
 func Named(name string) provider.Dialect { return Of(provider.Parse(name)) }
 
+// Settings are the rooms' own pricing settings, one field per room. The zero value is every
+// room's defaults. After Validate it is read only, and so safe for concurrent use.
+type Settings struct {
+	OpenAI    openai.Settings
+	Anthropic anthropic.Settings
+}
+
+// Validate validates every room's settings (filling their defaults), reporting every invalid
+// setting at once. Call it once, before the Settings price a request.
+func (s *Settings) Validate() error {
+	return errors.Join(s.OpenAI.Validate(), s.Anthropic.Validate())
+}
+
 // Price prices the parsed body of a request in the room of its provider (r.Est.Provider and
-// r.Est.API, as Recognize returns them), from the object root. A provider with no room of its
-// own is priced by OpenAI's rules. It allocates nothing.
-func Price(r *pricing.Request, root int) {
+// r.Est.API, as Recognize returns them), from the object root, with that room's settings of set
+// (validated). A provider with no room of its own is priced by OpenAI's rules and settings.
+// Anthropic's room gets OpenAI's settings too, for the chat rule that reads the bodies of its
+// OpenAI-compatible endpoint. It allocates nothing.
+func Price(r *pricing.Request, root int, set *Settings) {
 	switch r.Est.Provider {
 	case provider.Anthropic:
-		anthropic.Price(r, root)
+		anthropic.Price(r, root, &set.Anthropic, &set.OpenAI)
 	default:
-		openai.Price(r, root)
+		openai.Price(r, root, &set.OpenAI)
 	}
 }
 

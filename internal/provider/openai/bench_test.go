@@ -16,6 +16,7 @@ func BenchmarkChat(b *testing.B) {
 	nested := `{"type":"function","function":{"name":"create_order","description":"Create an order.","parameters":{"type":"object","properties":{"address":{"type":"object","properties":{"city":{"type":"string"}}}}}}}`
 	cl100k := encoding(b, tiktoken.CL100K)
 	cfg := pricing.Config{DefaultOutputTokens: 4096, CL100K: cl100k, O200K: encoding(b, tiktoken.O200K), Fallback: cl100k}
+	var set Settings
 	for _, bc := range []struct{ name, body string }{
 		{"no-tools", `{"model":"gpt-4o",` + msgs + `}`},
 		{"tools-rule", `{"model":"gpt-4o",` + msgs + `,"tools":[` + fn + `,` + fn + `,` + fn + `]}`},
@@ -32,7 +33,7 @@ func BenchmarkChat(b *testing.B) {
 					b.Fatal(err)
 				}
 				r.Est = pricing.Estimate{Provider: provider.OpenAI, API: provider.ChatCompletions, Model: "gpt-4o"}
-				Price(&r, 0)
+				Price(&r, 0, &set)
 			}
 		})
 	}

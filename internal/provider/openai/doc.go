@@ -1,16 +1,18 @@
 // Package openai is the room of OpenAI's API family: OpenAI itself, its Azure OpenAI dialect
 // (the same bodies, errors and headers under /openai/deployments/{name}/...), and the
 // OpenAI-compatible servers the limiter does not otherwise know. It owns how the family's
-// requests are recognised (its hosts, its API paths, Azure's deployment path), how they are
-// priced (Price: the walk of each API's body), how it answers an error (the body OpenAI's SDKs
-// parse), how its responses report usage (JSON bodies and the server-sent events of chat
-// completions, completions and the Responses API) and which rate-limit headers it sends back.
+// requests are recognised (its hosts, its API paths, Azure's deployment path and the model a
+// deployment serves), how they are priced (Price: the walk of each API's body, with its
+// Settings), how it answers an error (the body OpenAI's SDKs parse), how its responses report
+// usage (JSON bodies and the server-sent events of chat completions, completions and the
+// Responses API) and which rate-limit headers it sends back.
 //
 // Dialect is its provider.Dialect, a stateless value safe for concurrent use; Price and Chat
-// are stateless functions of one pricing.Request and allocate nothing. It imports
-// internal/provider and internal/provider/pricing, and must never import another room,
-// internal/provider/dialects, internal/filter, internal/reconcile or internal/tokens (they
-// consume it).
+// are stateless functions of one pricing.Request and the family's Settings (the Azure
+// deployments' models, the cost of an image of unknown size: their defaults and validation),
+// and allocate nothing. It imports internal/provider and internal/provider/pricing, and must
+// never import another room, internal/provider/dialects, internal/filter, internal/reconcile or
+// internal/tokens (they consume it).
 //
 // # Pricing
 //
@@ -48,7 +50,7 @@
 //     or 32 px patches (at most 1536) times 1.62 (gpt-4.1-mini, gpt-5-mini), 2.46
 //     (gpt-4.1-nano, gpt-5-nano), 1.72 (o4-mini). Sizes are read from data: URLs (PNG, GIF,
 //     JPEG, WebP headers); an http(s) URL costs the rule's worst case (1445 for gpt-4o: 2x4
-//     tiles) or tokens.Options.ImageTokens. "auto" detail is priced as high.
+//     tiles) or Settings.ImageTokens. "auto" detail is priced as high.
 //   - Tools, functions, tool calls and JSON-schema response formats: no published rule;
 //     their JSON text is counted plus 20 tokens for the hidden tools preamble (5 per tool
 //     call). The JSON text is longer than OpenAI's TypeScript-like rendering, so this errs

@@ -26,11 +26,11 @@ const (
 // completionsMaxTokens is the /v1/completions API's own default max_tokens.
 const completionsMaxTokens = 16
 
-// Price prices the parsed body of a request to one of the family's APIs, from the object root:
-// it counts in the model's encoding (the fallback for unknown models, approximate), sets
-// s.Est.PromptTokens and s.Est.OutputTokens and records why they are approximate. Any other API
-// is left unpriced. It allocates nothing.
-func Price(s *pricing.Request, root int) {
+// Price prices the parsed body of a request to one of the family's APIs, from the object root,
+// with set (validated): it counts in the model's encoding (the fallback for unknown models,
+// approximate), sets s.Est.PromptTokens and s.Est.OutputTokens and records why they are
+// approximate. Any other API is left unpriced. It allocates nothing.
+func Price(s *pricing.Request, root int, set *Settings) {
 	enc, known := s.Config().Encoding(s.Est.Model)
 	s.SetEncoding(enc)
 	if !known {
@@ -38,19 +38,19 @@ func Price(s *pricing.Request, root int) {
 	}
 	switch s.Est.API {
 	case provider.ChatCompletions:
-		Chat(s, root)
+		Chat(s, root, set)
 	case provider.Completions:
 		completions(s, root)
 	case provider.Embeddings:
 		embeddings(s, root)
 	case provider.Responses:
-		responses(s, root)
+		responses(s, root, set)
 	}
 }
 
-// Chat prices a chat completions body by the chat rule. Anthropic's OpenAI-compatible endpoint
-// reads the same body (internal/provider/anthropic).
-func Chat(s *pricing.Request, root int) {
+// Chat prices a chat completions body by the chat rule, with set (validated). Anthropic's
+// OpenAI-compatible endpoint reads the same body (internal/provider/anthropic).
+func Chat(s *pricing.Request, root int, set *Settings) {
 	perMsg, perName := int64(3), int64(1)
 	if strings.HasPrefix(s.Est.Model, "gpt-3.5-turbo-0301") {
 		perMsg, perName = 4, -1
@@ -81,7 +81,7 @@ func Chat(s *pricing.Request, root int) {
 			case pricing.Array:
 				switch {
 				case s.Doc.KeyIs(k, "content"):
-					total += parts(s, v)
+					total += parts(s, v, set)
 				case s.Doc.KeyIs(k, "tool_calls"):
 					s.Approx(pricing.ReasonTools)
 					s.Doc.Children(v, func(_, c int) bool {
@@ -116,7 +116,7 @@ func Chat(s *pricing.Request, root int) {
 
 // parts prices a content array (chat or Responses): text parts by their text, images by the
 // image rule, anything else by its JSON text.
-func parts(s *pricing.Request, arr int) int64 {
+func parts(s *pricing.Request, arr int, set *Settings) int64 {
 	var total int64
 	s.Approx(pricing.ReasonContentParts)
 	s.Doc.Children(arr, func(_, part int) bool {
@@ -136,9 +136,9 @@ func parts(s *pricing.Request, arr int) int64 {
 			if s.Doc.Kind(img) == pricing.Object {
 				url, detail = s.Doc.Get(img, "url"), s.Doc.Get(img, "detail")
 			}
-			total += image(s, url, detail)
+			total += image(s, url, detail, set)
 		case s.Doc.TextIs(typ, "input_image"):
-			total += image(s, s.Doc.Get(part, "image_url"), s.Doc.Get(part, "detail"))
+			total += image(s, s.Doc.Get(part, "image_url"), s.Doc.Get(part, "detail"), set)
 		case s.Doc.TextIs(typ, "file"), s.Doc.TextIs(typ, "input_file"):
 			// A file by id or URL, or a PDF inline: the provider reads its pages' text and
 			// images, which these bytes do not tell (platform.openai.com/docs/guides/pdf-files).
@@ -153,13 +153,14 @@ func parts(s *pricing.Request, arr int) int64 {
 	return total
 }
 
-// image prices an image part by the model's rule (image.go), its size read from a data URL.
-func image(s *pricing.Request, url, detail int) int64 {
+// image prices an image part by the model's rule (image.go), its size read from a data URL, or
+// at set.ImageTokens when that is unknown and the setting is given.
+func image(s *pricing.Request, url, detail int, set *Settings) int64 {
 	s.Approx(pricing.ReasonImage)
 	w, h, _ := s.ImageSize(url)
 	var buf [16]byte
 	d, _ := s.Doc.Text(buf[:0], detail)
-	return imageTokens(s.Est.Model, string(d), w, h, s.Config().ImageTokens)
+	return imageTokens(s.Est.Model, string(d), w, h, set.ImageTokens)
 }
 
 // tools prices tool/function definitions as their JSON text plus the fixed overhead
@@ -250,7 +251,7 @@ func inputs(s *pricing.Request, v int) (prompts, total int64) {
 // responses prices the Responses API with the chat rule: "instructions" is a system message,
 // "input" a user message or a list of items. OpenAI publishes no rule for it, and a
 // previous_response_id brings earlier turns the body does not show.
-func responses(s *pricing.Request, root int) {
+func responses(s *pricing.Request, root int, set *Settings) {
 	s.Approx(pricing.ReasonResponses)
 	// Input the body refers to but does not hold (platform.openai.com/docs/api-reference/
 	// responses/create): the turns of a previous response or a stored conversation, a stored
@@ -296,7 +297,7 @@ func responses(s *pricing.Request, root int) {
 				total += s.CountText(role)
 				c := s.Doc.Get(item, "content")
 				if s.Doc.Kind(c) == pricing.Array {
-					total += parts(s, c)
+					total += parts(s, c, set)
 				} else {
 					total += s.CountText(c)
 				}

@@ -318,6 +318,7 @@ func TestFuncInit(t *testing.T) {
 func FuzzChatTools(f *testing.F) {
 	cl100k := encoding(f, tiktoken.CL100K)
 	cfg := pricing.Config{DefaultOutputTokens: 4096, CL100K: cl100k, O200K: encoding(f, tiktoken.O200K), Fallback: cl100k}
+	var set Settings
 	for _, fs := range [][]refFunc{{weather}, {forecast, search, noArgs}} {
 		f.Add("gpt-4o", []byte(mustJSON(f, map[string]any{"messages": weatherMessages, "tools": wrap(fs)})))
 		f.Add("gpt-4", []byte(mustJSON(f, map[string]any{"messages": weatherMessages, "functions": fs})))
@@ -331,7 +332,7 @@ func FuzzChatTools(f *testing.F) {
 				return pricing.Estimate{PromptTokens: -1}
 			}
 			r.Est = pricing.Estimate{Provider: provider.OpenAI, API: provider.ChatCompletions, Model: model}
-			Price(&r, 0)
+			Price(&r, 0, &set)
 			return r.Est
 		}
 		est, byLen := priced(pricing.Tokenize), priced(pricing.ByLength)

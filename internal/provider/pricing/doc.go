@@ -3,7 +3,8 @@
 // (Request.Count: the encoding the room chose of those Config holds, the count cache of resent
 // texts, the byte-length bound), the sizes of images from their headers, the output reservation
 // a request names or the configuration defaults, and the values the rooms fill in (Estimate,
-// Reason).
+// Reason). Config holds only what every room shares: no setting here names a provider, each
+// room owns its own.
 //
 // The contract: tokens.Pricer recognises a request's provider and API, parses the body into a
 // Request, and hands it to the provider's room through internal/provider/dialects.Price; the

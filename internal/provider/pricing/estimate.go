@@ -11,8 +11,8 @@ import (
 type Estimate struct {
 	Provider provider.ID
 	API      provider.API
-	// Model is the model the request calls: on an Azure deployment path the deployment's (from
-	// tokens.Options.AzureDeployments, else the deployment name), elsewhere the body's; "" when unknown.
+	// Model is the model the request calls: on an Azure deployment path the deployment's
+	// (openai.Settings.DeploymentModel), elsewhere the body's; "" when unknown.
 	// Callers must not log it without bounding its length.
 	Model string
 	// PromptTokens is the input token count (exact or estimated).

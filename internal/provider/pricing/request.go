@@ -16,27 +16,15 @@ type OutputRule struct {
 	Tokens int64
 }
 
-// FactorRule sets the Anthropic estimate's multiplier for models matching a glob.
-type FactorRule struct {
-	Model  string // path.Match glob over the model name
-	Factor float64
-}
-
-// Config is what the rooms read of tokens.Options, validated and with its defaults filled by
-// tokens.New. It is immutable once a Request uses it, and so safe for concurrent use.
+// Config is what every room reads of tokens.Options, validated and with its defaults filled by
+// tokens.New; the settings of one family are its room's own (its Settings, which
+// internal/provider/dialects.Price hands it). It is immutable once a Request uses it, and so
+// safe for concurrent use.
 type Config struct {
 	// DefaultOutputTokens and OutputRules set the output reserved when a request names no
 	// maximum (DefaultOutput).
 	DefaultOutputTokens int64
 	OutputRules         []OutputRule
-	// ImageTokens, when > 0, is the cost of an OpenAI image whose size is unknown.
-	ImageTokens int64
-	// AnthropicFactors (first match wins) and AnthropicFactor (no rule matches) multiply the
-	// Anthropic estimate's cl100k_base count.
-	AnthropicFactors []FactorRule
-	AnthropicFactor  float64
-	// AnthropicImageTokens is the cost of an Anthropic image whose size is unknown.
-	AnthropicImageTokens int64
 	// Cache holds the counts of resent texts; nil when off.
 	Cache *Cache
 	// CL100K and O200K are OpenAI's encodings; Fallback counts the text of models with no
