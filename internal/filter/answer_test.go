@@ -17,6 +17,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -56,6 +57,7 @@ func TestAnswerAppendTo(t *testing.T) {
 		}}}
 		est := tokens.Estimate{Provider: tokens.Anthropic, API: tokens.Messages, Model: bad,
 			PromptTokens: int64(n), OutputTokens: 7, Reason: tokens.ReasonUnknownAPI}
+		pl.cost = charge(&provider.Profile{}, &est)
 		hdr := []*corev3.HeaderValueOption{header("x-long", long), header(long, "v")}
 		for _, a := range []*Answer{
 			deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdr, []byte(long),

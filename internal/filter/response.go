@@ -359,7 +359,11 @@ func (m *metadata) append(b []byte) []byte {
 	b = authzwire.AppendStringField(b, "model", safeLabel(est.Model))
 	b = authzwire.AppendNumberField(b, "prompt_tokens", float64(est.PromptTokens))
 	b = authzwire.AppendNumberField(b, "output_tokens", float64(est.OutputTokens))
-	b = authzwire.AppendNumberField(b, "cost", float64(est.Cost()))
+	cost := est.Cost()
+	if pl != nil {
+		cost = pl.cost[provider.Tokens] // as the provider's profile counts it (cost.go)
+	}
+	b = authzwire.AppendNumberField(b, "cost", float64(cost))
 	b = authzwire.AppendBoolField(b, "exact", est.Exact)
 	if est.CacheRead > 0 {
 		b = authzwire.AppendNumberField(b, "cache_read_tokens", float64(est.CacheRead))

@@ -89,3 +89,23 @@ func TestUnknownPolicy(t *testing.T) {
 		}
 	}
 }
+
+// The metadata's cost is what the tokens dimension counted: for Azure, the model's context window
+// when the request names no max_tokens (what the access log reports as reserved).
+func TestMetadataCostIsTheCharge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, `
+pricing: {azure_deployments: {prod: gpt-4o}}
+rules:
+  - name: azure
+    match: {provider: azure}
+    tokens: {limit: 1000000, period: minute}
+`, Options{})
+	resp := e.answer(t, context.Background(), call("res.openai.azure.com", "/openai/deployments/prod/chat/completions?api-version=2024-10-21",
+		`{"messages":[{"role":"user","content":"Hello"}]}`)).Response()
+	md := resp.GetDynamicMetadata().GetFields()
+	prompt, cost := md["prompt_tokens"].GetNumberValue(), md["cost"].GetNumberValue()
+	if decisionOf(resp) != decisionAllowed || cost != prompt+128_000 {
+		t.Errorf("decision %q, prompt %v, cost %v: want the prompt plus gpt-4o's 128,000-token context", decisionOf(resp), prompt, cost)
+	}
+}
