@@ -183,6 +183,8 @@ def test_context_size_reserved_without_max_tokens(tmp_path):
     # twice (a token bucket refills 5,000 a second: at most a second of refill between the two),
     # and its refusal of the third names it.
     assert all(int(sc.meta(e, "prompt_tokens")) == prompt for e in log), out
+    # The access log reports what admission counted: the context size, not the default output.
+    assert [int(float(sc.meta(e, "cost"))) for e in log] == [reserved] * 3, out
     assert remaining[0] == tpm - reserved and 0 <= remaining[1] - (tpm - 2 * reserved) <= tpm // 60, out
     assert refused.value.status_code == 429 and "azure-tpm" in refused.value.message, out
     assert f"Requested {reserved}" in refused.value.message, out
