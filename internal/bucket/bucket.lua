@@ -299,6 +299,29 @@ local function write_tokens(i, j, k)
     px = ceil((need - now) / 1000) + SLACK_MS
     expiry = now + px * 1000
   end
+  -- Every slot among i..j (a rule's first windows, all of them): one pack of them all.
+  if j - i + 1 == top and top <= 4 then
+    local at = {}
+    for x = i, j do at[SLOT[x]] = x end
+    local a, b, c, d = at[1], at[2], at[3], at[4]
+    if a and b and (top < 3 or c) and (top < 4 or d) then
+      local v
+      if top == 2 then
+        v = spack('<ddddd', LEVEL[a], TS[a], expiry, LEVEL[b], TS[b])
+      elseif top == 3 then
+        v = spack('<ddddddd', LEVEL[a], TS[a], expiry, LEVEL[b], TS[b], LEVEL[c], TS[c])
+      else
+        v = spack('<ddddddddd', LEVEL[a], TS[a], expiry, LEVEL[b], TS[b], LEVEL[c], TS[c], LEVEL[d], TS[d])
+      end
+      if px then
+        rcall('SET', key, v, 'PX', px)
+      else
+        rcall('SET', key, v, 'KEEPTTL')
+      end
+      FRESH[key] = v
+      return
+    end
+  end
   -- Slot by slot, each from its bucket among i..j, or as stored, or full.
   local parts = {}
   for slot = 1, top do

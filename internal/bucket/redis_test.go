@@ -313,6 +313,30 @@ func TestRedisSharedKey(t *testing.T) {
 	if got := remaining(t, s, "openai", far); got != 5 {
 		t.Errorf("slot 4 after 30 s: %d, want 5", got)
 	}
+	// A rule's four first windows debited together, in the order a rule lists them (input,
+	// output, requests, tokens): one value of four slots, each at its place.
+	quad := []Spec{
+		{Name: "quad", Limit: 3000, Period: time.Minute, Slot: 3, Cost: 300},
+		{Name: "quad", Limit: 400, Period: time.Minute, Slot: 4, Cost: 40},
+		{Name: "quad", Limit: 50, Period: time.Minute, Slot: 2, Cost: 1},
+		{Name: "quad", Limit: 6000, Period: time.Minute, Slot: 1, Cost: 600},
+	}
+	take(t, s, &Request{Tag: "openai", Buckets: quad})
+	take(t, s, &Request{Tag: "openai", Buckets: quad})
+	quadKey := s.keys("openai", 1, func(int) *Spec { return &quad[0] })[0]
+	if n := c.StrLen(ctx, quadKey).Val(); n != 72 {
+		t.Errorf("four slots: a %d-byte value, want 72", n)
+	}
+	if got := c.PTTL(ctx, quadKey).Val(); got <= 0 || got > 61*time.Second {
+		t.Errorf("four slots: PTTL %v", got)
+	}
+	for _, q := range quad {
+		alone := q
+		alone.Cost = 0
+		if got, want := remaining(t, s, "openai", alone), q.Limit-2*q.Cost; got != want {
+			t.Errorf("slot %d after two debits of %d: %d, want %d", q.Slot, q.Cost, got, want)
+		}
+	}
 }
 
 // TestRedisForeignValue checks that a token bucket's or a quota's key holding something the
