@@ -177,7 +177,7 @@ func TestCheckGolden(t *testing.T) {
 		{"route_limit_denied", []string{"route_limit"}, "route_limit", decisionDenied},
 		{"route_bad", nil, "route_bad", decisionBadRoute},
 		{"not_json", nil, "not_json", decisionTooLarge}, // UTF-16 garbage: the upper bound
-		{"models", nil, "models", decisionAllowed}, // an unpriced API: counted by request limits only
+		{"models", nil, "models", decisionAllowed},      // an unpriced API: counted by request limits only
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
