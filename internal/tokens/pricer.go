@@ -465,6 +465,14 @@ func (s *call) deploymentModel() string {
 	if d == "" {
 		return ""
 	}
+	if s.Est.Provider == Bedrock {
+		// Bedrock's model is the path's modelId label, URL-encoded by the SDKs (':' as %3A, an
+		// ARN's '/' as %2F): the model is its decoding.
+		if u, err := url.PathUnescape(d); err == nil {
+			return u
+		}
+		return d
+	}
 	if m, ok := s.p.opts.AzureDeployments[d]; ok {
 		return m
 	}
