@@ -10,7 +10,8 @@
 //
 // Endpoints: POST /v1/chat/completions (stream: true with a usage chunk), /v1/completions,
 // /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too), and on Anthropic's host
-// /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits); GET /v1/models,
+// /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits), and on the Amazon
+// Bedrock runtime's hosts /model/{modelId}/converse and /invoke-with-response-stream; GET /v1/models,
 // /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
 // as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicOTPM := fs.Int64("anthropic-otpm", 0, "Anthropic output tokens per period per model (see -anthropic-itpm)")
 	cacheMin := fs.Int64("anthropic-cache-min", 1024, "shortest cacheable prompt prefix in tokens")
 	cacheTTL := fs.Duration("anthropic-cache-ttl", 5*time.Minute, "life of a cached prefix, refreshed on each read")
+	bedrockTPM := fs.Int64("bedrock-tpm", 0, "Amazon Bedrock runtime tokens per period per model id, counted with its output burndown (0: unlimited)")
 	spendCap := fs.Int64("anthropic-spend-cap", 0, "with Anthropic's accounting: refuse every request once this many tokens were admitted, with a 429 without retry-after (0: no cap)")
 	latency := fs.Duration("latency", 200*time.Millisecond, "how long an admitted answer takes")
 	completion := fs.Int64("completion-tokens", 16, "most output tokens an answer generates")
@@ -149,6 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CountChars:       *openaiCounting == "max_of_chars",
 		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),
 		ErrorLatency:     *errorLatency,
+		Bedrock:          &Bedrock{TPM: *bedrockTPM, Period: *period},
 		Now:              time.Now,
 	}
 
