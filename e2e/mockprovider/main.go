@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tlsAddr := fs.String("tls-addr", "", "HTTPS listen address (empty: none); needs -tls-dir")
 	tlsDir := fs.String("tls-dir", "", "directory holding (or receiving) ca.pem and ca.key of a private CA that signs the HTTPS certificate")
 	tlsCAOut := fs.String("tls-ca-out", "", "also write the CA certificate (public part only) to this file, for clients to trust")
-	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com", "comma-separated DNS names of the HTTPS certificate")
+	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com,bedrock-runtime.us-east-1.amazonaws.com", "comma-separated DNS names of the HTTPS certificate")
 	modeName := fs.String("mode", string(TokenBucket), "limit enforcement: token_bucket or rolling_window")
 	period := fs.Duration("period", time.Minute, "the limits' period (the window of rolling_window)")
 	openaiTPM := fs.Int64("openai-tpm", 60000, "OpenAI tokens per period per model (0: unlimited)")
