@@ -60,7 +60,9 @@ type Server struct {
 	// Azure admits the requests on Azure OpenAI's deployment paths by Azure's own accounting
 	// (azure.go); nil: they are unlimited.
 	Azure *Azure
-	Now   func() time.Time
+	// Bedrock is the Amazon Bedrock runtime's accounting (bedrock.go), for requests to its hosts.
+	Bedrock *Bedrock
+	Now     func() time.Time
 
 	seq atomic.Int64
 	// stored holds each Responses answer's context (its input and output tokens) by id: a
@@ -100,6 +102,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.price(w, r)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
 		s.models(s.compressed(w, r), r)
+	case r.Method == http.MethodPost && bedrockHost(r.Host) && s.Bedrock != nil:
+		s.bedrock(w, r)
 	case r.Method == http.MethodPost:
 		if _, api := APIOnHost(r.Host, r.URL.Path); api != "" {
 			cw := s.compressed(w, r)

@@ -12,7 +12,8 @@
 // /v1/responses, /v1/embeddings, /v1/messages (Anthropic, streaming too), and on Anthropic's host
 // /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits), Azure OpenAI's
 // /openai/deployments/{deployment}/{chat/completions,completions,embeddings} (under Azure's
-// accounting: -azure-tpm, -azure-rpm, -azure-rpm-window; azure.go); GET /v1/models,
+// accounting: -azure-tpm, -azure-rpm, -azure-rpm-window; azure.go), and on the Amazon Bedrock
+// runtime's hosts /model/{modelId}/converse and /invoke-with-response-stream; GET /v1/models,
 // /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
 // as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tlsAddr := fs.String("tls-addr", "", "HTTPS listen address (empty: none); needs -tls-dir")
 	tlsDir := fs.String("tls-dir", "", "directory holding (or receiving) ca.pem and ca.key of a private CA that signs the HTTPS certificate")
 	tlsCAOut := fs.String("tls-ca-out", "", "also write the CA certificate (public part only) to this file, for clients to trust")
-	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com,your-resource-name.openai.azure.com", "comma-separated DNS names of the HTTPS certificate (envoy/envoy.yaml's upstreams)")
+	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com,your-resource-name.openai.azure.com,bedrock-runtime.us-east-1.amazonaws.com", "comma-separated DNS names of the HTTPS certificate (envoy/envoy.yaml's upstreams)")
 	modeName := fs.String("mode", string(TokenBucket), "limit enforcement: token_bucket or rolling_window")
 	period := fs.Duration("period", time.Minute, "the limits' period (the window of rolling_window)")
 	openaiTPM := fs.Int64("openai-tpm", 60000, "OpenAI tokens per period per model (0: unlimited)")
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicOTPM := fs.Int64("anthropic-otpm", 0, "Anthropic output tokens per period per model (see -anthropic-itpm)")
 	cacheMin := fs.Int64("anthropic-cache-min", 1024, "shortest cacheable prompt prefix in tokens")
 	cacheTTL := fs.Duration("anthropic-cache-ttl", 5*time.Minute, "life of a cached prefix, refreshed on each read")
+	bedrockTPM := fs.Int64("bedrock-tpm", 0, "Amazon Bedrock runtime tokens per period per model id, counted with its output burndown (0: unlimited)")
 	spendCap := fs.Int64("anthropic-spend-cap", 0, "with Anthropic's accounting: refuse every request once this many tokens were admitted, with a 429 without retry-after (0: no cap)")
 	azureTPM := fs.Int64("azure-tpm", 0, "Azure OpenAI tokens per minute per deployment, a count of the requests' estimates reset each minute (0: unlimited)")
 	azureRPM := fs.Int64("azure-rpm", 0, "Azure OpenAI requests per minute per deployment (0: unlimited)")
@@ -161,6 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Azure:            NewAzure(AzureLimits{TPM: *azureTPM, RPM: *azureRPM, RPMWindow: *azureWindow}),
 		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),
 		ErrorLatency:     *errorLatency,
+		Bedrock:          &Bedrock{TPM: *bedrockTPM, Period: *period},
 		Now:              time.Now,
 	}
 

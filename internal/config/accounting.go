@@ -63,7 +63,7 @@ func compileAccounting(s *AccountingSpec, key string) (Accounting, []error) {
 	}
 	a := Accounting{Provider: s.Provider, Model: NewGlob(s.Model)}
 	if provider.Parse(s.Provider) == provider.Unknown {
-		bad("provider", "%q is not one of openai, azure, anthropic", s.Provider)
+		bad("provider", "%q is not one of openai, azure, anthropic, bedrock", s.Provider)
 	}
 	switch s.Counting {
 	case "":

@@ -450,10 +450,10 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		Refund:   r.Refund,
 	}
 	switch r.Match.Provider {
-	case "", "openai", "azure", "anthropic", "*":
+	case "", "openai", "azure", "anthropic", "bedrock", "*":
 	default:
 		if !strings.ContainsAny(r.Match.Provider, "*?") {
-			bad("match.provider", "%q is not one of openai, azure, anthropic", r.Match.Provider)
+			bad("match.provider", "%q is not one of openai, azure, anthropic, bedrock", r.Match.Provider)
 		}
 	}
 	if p := r.Match.Priority; p != "" && classes != nil && !strings.ContainsAny(p, "*?") {

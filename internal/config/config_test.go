@@ -47,7 +47,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		`failure.mode: "panic" is not one of deny, allow, local`,
 		`failure.replicas: 0 must be at least 1`,
 		`rules[0].name: "bad name!" must be 1 to 64 of [A-Za-z0-9._-]`,
-		`rules[0].match.provider: "bedrock" is not one of openai, azure, anthropic`,
+		`rules[0].match.provider: "watsonx" is not one of openai, azure, anthropic, bedrock`,
 		`rules[0].per[0]: "region" is not one of provider, model, tenant, priority`,
 		`rules[0].tokens.limit: 0 is not in [1, 1000000000000]`,
 		`rules[0].tokens.period: "fortnight" is not second, minute, hour, day, or a duration from 1s to 744h`,
@@ -433,10 +433,10 @@ accounting:
 	}
 	_, err = Parse([]byte(`
 accounting:
-  - {provider: bedrock, counting: most, unset_output: all, output_weight: 101, cache_reads: maybe, settles: [requests]}
+  - {provider: watsonx, counting: most, unset_output: all, output_weight: 101, cache_reads: maybe, settles: [requests]}
 `), "bad")
 	for _, want := range []string{
-		`accounting[0].provider: "bedrock" is not one of openai, azure, anthropic`,
+		`accounting[0].provider: "watsonx" is not one of openai, azure, anthropic, bedrock`,
 		`accounting[0].counting: "most" is not sum or max_of_chars`,
 		`accounting[0].unset_output: "all" is not default or context_window`,
 		`accounting[0].output_weight: 101 is not in [1, 100]`,

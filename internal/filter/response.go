@@ -233,6 +233,23 @@ func errorBody(est *tokens.Estimate, e provider.Error) []byte {
 	return dialects.Of(est.Provider).AppendError(nil, est.API, e)
 }
 
+// errorHeaderer is a dialect whose SDKs read an error's kind from a header of the answer
+// (Bedrock's x-amzn-ErrorType, which the AWS SDKs read before the body).
+type errorHeaderer interface {
+	ErrorHeader(api provider.API, c provider.Class) (name, value string, ok bool)
+}
+
+// withErrorHeader appends the error-kind header of the request's dialect for class c, if it
+// has one.
+func withErrorHeader(hdrs []*corev3.HeaderValueOption, est *tokens.Estimate, c provider.Class) []*corev3.HeaderValueOption {
+	if d, ok := dialects.Of(est.Provider).(errorHeaderer); ok {
+		if k, v, ok := d.ErrorHeader(est.API, c); ok {
+			hdrs = append(hdrs, header(k, v))
+		}
+	}
+	return hdrs
+}
+
 // rateLimitedResponse is the 429 of a denial: Retry-After in whole seconds rounded up and in
 // milliseconds, the x-ratelimit headers, and a message naming the exhausted limit.
 func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wait time.Duration) *Answer {
@@ -246,6 +263,7 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 		header("retry-after", strconv.FormatInt(int64(secs), 10)),
 		header("retry-after-ms", strconv.FormatInt(int64(ms), 10)),
 		header("x-should-retry", "true"))
+	hdrs = withErrorHeader(hdrs, est, provider.RateLimited)
 	limit, msg := provider.Tokens.String(), "Rate limit reached. Please try again in "+resetString(wait)+"."
 	if i := res.Blocking; i >= 0 && i < len(pl.owners) && i < len(res.Buckets) {
 		o, s := pl.owners[i], res.Buckets[i]
@@ -280,7 +298,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 			o.rule.Name, kindName(o.kind), periodName(l), l.Capacity(), pl.enforced.Buckets[i].Cost)
 	}
 	hdrs := pl.headers(est, res, 2)
-	hdrs = append(hdrs, header("x-should-retry", "false"))
+	hdrs = withErrorHeader(append(hdrs, header("x-should-retry", "false")), est, provider.TooLarge)
 	body := errorBody(est, provider.Error{Class: provider.TooLarge, Code: "request_too_large", Message: msg})
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_PayloadTooLarge, hdrs, body,
 		pl.metadata(est, decisionTooLarge, 0))
@@ -291,7 +309,7 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 func unavailableResponse(est *tokens.Estimate, pl *plan) *Answer {
 	body := errorBody(est, provider.Error{Class: provider.Unavailable, Code: "rate_limiter_unavailable",
 		Message: "The rate limiter cannot reach its store. Please try again shortly."})
-	hdrs := []*corev3.HeaderValueOption{header("retry-after", "1"), header("x-should-retry", "true")}
+	hdrs := withErrorHeader([]*corev3.HeaderValueOption{header("retry-after", "1"), header("x-should-retry", "true")}, est, provider.Unavailable)
 	return deniedResponse(codes.Unavailable, typev3.StatusCode_ServiceUnavailable, hdrs, body, pl.metadata(est, decisionUnavailable, 0))
 }
 
@@ -299,7 +317,7 @@ func unavailableResponse(est *tokens.Estimate, pl *plan) *Answer {
 func badRouteResponse(est *tokens.Estimate, err error) *Answer {
 	body := errorBody(est, provider.Error{Class: provider.Misconfigured, Code: "rate_limiter_misconfigured",
 		Message: "The rate limiter's route configuration is invalid: " + err.Error()})
-	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	hdrs := withErrorHeader([]*corev3.HeaderValueOption{header("x-should-retry", "false")}, est, provider.Misconfigured)
 	return deniedResponse(codes.Internal, typev3.StatusCode_InternalServerError, hdrs, body, (*plan)(nil).metadata(est, decisionBadRoute, 0))
 }
 
@@ -311,7 +329,7 @@ func badRouteResponse(est *tokens.Estimate, err error) *Answer {
 func badIdentityResponse(est *tokens.Estimate, name string) *Answer {
 	body := errorBody(est, provider.Error{Class: provider.InvalidRequest, Code: string(reasonDuplicateIdentity),
 		Message: "The " + name + " header must be given once: a request names one identity."})
-	hdrs := []*corev3.HeaderValueOption{header("x-should-retry", "false")}
+	hdrs := withErrorHeader([]*corev3.HeaderValueOption{header("x-should-retry", "false")}, est, provider.InvalidRequest)
 	return deniedResponse(codes.InvalidArgument, typev3.StatusCode_BadRequest, hdrs, body, (*plan)(nil).metadata(est, decisionBadIdentity, 0))
 }
 

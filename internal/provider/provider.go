@@ -14,6 +14,8 @@ const (
 	OpenAI
 	Azure
 	Anthropic
+	// Bedrock is the Amazon Bedrock runtime (bedrock-runtime.{region}.amazonaws.com).
+	Bedrock
 )
 
 // String returns a stable name used in configuration, logs, metrics and the reservation's tag.
@@ -25,6 +27,8 @@ func (p ID) String() string {
 		return "azure"
 	case Anthropic:
 		return "anthropic"
+	case Bedrock:
+		return "bedrock"
 	}
 	return "unknown"
 }
@@ -38,6 +42,8 @@ func Parse(name string) ID {
 		return Azure
 	case "anthropic":
 		return Anthropic
+	case "bedrock":
+		return Bedrock
 	}
 	return Unknown
 }
@@ -56,6 +62,12 @@ const (
 	// Unpriced is any other path on a provider's host (images, audio, files, batches, realtime,
 	// models): a request of that provider that takes no token budget of its own.
 	Unpriced
+	// Converse and ConverseStream are Bedrock's model-agnostic Converse API; InvokeModel and
+	// InvokeModelStream its native-body InvokeModel and InvokeModelWithResponseStream.
+	Converse
+	ConverseStream
+	InvokeModel
+	InvokeModelStream
 )
 
 // String returns a stable name used in configuration, logs and metrics.
@@ -73,6 +85,14 @@ func (a API) String() string {
 		return "messages"
 	case Unpriced:
 		return "unpriced"
+	case Converse:
+		return "converse"
+	case ConverseStream:
+		return "converse_stream"
+	case InvokeModel:
+		return "invoke_model"
+	case InvokeModelStream:
+		return "invoke_model_stream"
 	}
 	return "unknown"
 }

@@ -17,6 +17,8 @@ type report struct {
 	// retryAfter is a 429's retry-after (or retry-after-ms).
 	retryAfter time.Duration
 	sse        bool
+	// eventStream: the reply is an AWS event stream (application/vnd.amazon.eventstream).
+	eventStream bool
 	// encoding is the reply's Content-Encoding ("" when none).
 	encoding string
 
@@ -32,7 +34,9 @@ func readHeaders(get func(string) (string, bool), d provider.Dialect) report {
 		r.status, _ = strconv.Atoi(v)
 	}
 	if v, ok := get("content-type"); ok {
-		r.sse = strings.HasPrefix(strings.ToLower(strings.TrimSpace(v)), "text/event-stream")
+		ct := strings.ToLower(strings.TrimSpace(v))
+		r.sse = strings.HasPrefix(ct, "text/event-stream")
+		r.eventStream = strings.HasPrefix(ct, "application/vnd.amazon.eventstream")
 	}
 	if v, ok := get("content-encoding"); ok {
 		r.encoding = v

@@ -20,6 +20,9 @@ const (
 	reasonDecodeCorrupt     Reason = "decode_corrupt"     // the compressed stream is invalid or truncated
 	reasonDecodeOver        Reason = "decode_over_bound"  // it decodes to more than MaxDecoded
 	reasonDecodeBusy        Reason = "decode_busy"        // MaxDecoders replies were being decoded already
+
+	reasonEventStreamBroken Reason = "eventstream_broken"             // an event stream frame failed its CRC or length checks, or was cut
+	reasonEventStreamOver   Reason = "eventstream_message_over_bound" // an event stream message above MaxBody was skipped
 )
 
 // Results of a settled response (metric label values).

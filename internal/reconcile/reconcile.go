@@ -188,7 +188,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			st.responded = true
 			st.body.dialect = dialectOf(st.res)
 			st.rep = readHeaders(headerGetter(h.GetHeaders()), st.body.dialect)
-			st.body.sse = st.rep.sse
+			st.body.frame(&st.rep)
 			if d, ok := codeDetails(req.GetAttributes()); ok && d != detailsViaUpstream {
 				st.rep.local = true
 			}
@@ -264,7 +264,18 @@ func (s *Server) end(st *stream) (provider.Usage, bool) {
 		}
 		return provider.Usage{}, false
 	}
-	return st.body.end()
+	u, ok := st.body.end()
+	if st.body.events != nil && st.body.events.skipped > 0 {
+		s.m.error(reasonEventStreamOver)
+	}
+	if why := st.body.broken(); why != "" {
+		// Counted, and logged at debug, as an undecodable reply.
+		s.m.error(why)
+		if ce := s.log.Check(zap.DebugLevel, "reconcile: reply framing broken, the reservation stays"); ce != nil {
+			ce.Write(zap.String("reason", string(why)))
+		}
+	}
+	return u, ok
 }
 
 // answer is the empty reply that lets Envoy continue at once.

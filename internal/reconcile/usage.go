@@ -8,21 +8,29 @@ import (
 )
 
 // parser reads the usage out of a response body delivered in chunks, within a memory bound: it
-// finds the JSON documents (the body, or each server-sent event's data) and the dialect of the
-// reservation's provider reads the usage each reports.
+// finds the JSON documents (the body, each server-sent event's data, or each event stream
+// message's payload: eventstream.go) and the dialect of the reservation's provider reads the
+// usage each reports.
 type parser struct {
 	dialect provider.Dialect // nil: openai's, which OpenAI-compatible servers speak
 	sse     bool
-	limit   int
-	buf     []byte // JSON: the body so far; SSE: the current unfinished line
-	over    bool   // the body (or a line) went beyond limit: no usage
-	found   bool
-	usage   provider.Usage
+	// events reads an AWS event stream (application/vnd.amazon.eventstream, Bedrock's streams):
+	// each message's payload is one document. nil for other replies.
+	events *eventStream
+	limit  int
+	buf    []byte // JSON: the body so far; SSE: the current unfinished line
+	over   bool   // the body (or a line) went beyond limit: no usage
+	found  bool
+	usage  provider.Usage
 }
 
 // write consumes one chunk.
 func (p *parser) write(chunk []byte) {
 	if p.over {
+		return
+	}
+	if p.events != nil {
+		p.events.write(chunk, p.decode)
 		return
 	}
 	if !p.sse {
@@ -84,6 +92,13 @@ func (p *parser) end() (provider.Usage, bool) {
 	if p.over {
 		return provider.Usage{}, false
 	}
+	if p.events != nil {
+		// A broken frame stops the reading, and what was read before it settles nothing: the
+		// reply was cut or corrupted, and the reservation stays.
+		if p.events.end(); p.events.broken {
+			return provider.Usage{}, false
+		}
+	}
 	if p.sse {
 		if len(p.buf) > 0 {
 			p.line(p.buf)
@@ -93,4 +108,21 @@ func (p *parser) end() (provider.Usage, bool) {
 	}
 	p.buf = nil
 	return p.usage, p.found && p.usage.Tokens() > 0
+}
+
+// frame chooses how the reply's body is framed, from its content type: server-sent events, an
+// AWS event stream, or one JSON document.
+func (p *parser) frame(r *report) {
+	p.sse = r.sse
+	if r.eventStream {
+		p.events = &eventStream{limit: p.limit}
+	}
+}
+
+// broken is why the reply's framing could not be read to its end ("" when it could).
+func (p *parser) broken() Reason {
+	if p.events != nil && p.events.broken {
+		return reasonEventStreamBroken
+	}
+	return ""
 }

@@ -169,7 +169,7 @@ func numberAt(b []byte) []byte {
 func (s *call) unreadable(r Reason, text []byte, size int64, whole bool) {
 	s.Bound(r)
 	sc := scanTop(text)
-	switch m := s.p.rooms.OpenAI.DeploymentModel(s.deployment); {
+	switch m := s.pathModel(); {
 	case m != "":
 		s.Est.Model = m // the deployment decides, never the body
 	case sc.model != nil:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -300,7 +301,7 @@ func (s *call) parsed(body []byte, size int64) {
 		return
 	}
 	root := 0
-	if s.Est.Model = s.p.rooms.OpenAI.DeploymentModel(s.deployment); s.Est.Model == "" {
+	if s.Est.Model = s.pathModel(); s.Est.Model == "" {
 		model := s.Doc.Get(root, "model")
 		if m, ok := s.Doc.Text(nil, model); ok {
 			s.Est.Model = string(m)
@@ -395,6 +396,21 @@ func (s *call) unknownAPI(in *Input, size int64, partial bool) {
 		scale = 2 // total size unknown: assume at least twice what was received
 	}
 	s.Est.PromptTokens = scaled(s.Count(body), scale)
+}
+
+// pathModel is the model the request's path names (its deployment label), "" when it names
+// none. The path decides, never the body's "model": an Azure deployment's model is the one
+// deployed under it (openai.Settings.DeploymentModel), and Bedrock's is the path's modelId
+// label, URL-encoded by the SDKs (':' as %3A, an ARN's '/' as %2F), so the model is its
+// decoding.
+func (s *call) pathModel() string {
+	if s.Est.Provider == Bedrock && s.deployment != "" {
+		if u, err := url.PathUnescape(s.deployment); err == nil {
+			return u
+		}
+		return s.deployment
+	}
+	return s.p.rooms.OpenAI.DeploymentModel(s.deployment)
 }
 
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.

@@ -14,6 +14,7 @@ const (
 	OpenAI          = provider.OpenAI
 	AzureOpenAI     = provider.Azure
 	Anthropic       = provider.Anthropic
+	Bedrock         = provider.Bedrock
 )
 
 // API is the kind of endpoint a request calls (internal/provider names them).

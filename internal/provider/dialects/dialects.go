@@ -5,6 +5,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/bedrock"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
@@ -17,6 +18,8 @@ func Of(id provider.ID) provider.Dialect {
 		return anthropic.Dialect{}
 	case provider.OpenAI, provider.Azure:
 		return openai.Dialect{}
+	case provider.Bedrock:
+		return bedrock.Dialect{}
 	}
 	return openai.Dialect{}
 }
@@ -46,6 +49,8 @@ func Price(r *pricing.Request, root int, set *Settings) {
 	switch r.Est.Provider {
 	case provider.Anthropic:
 		anthropic.Price(r, root, &set.Anthropic, &set.OpenAI)
+	case provider.Bedrock:
+		bedrock.Price(r, root, &set.Anthropic)
 	default:
 		openai.Price(r, root, &set.OpenAI)
 	}
@@ -53,13 +58,18 @@ func Price(r *pricing.Request, root int, set *Settings) {
 
 // ModelLimits returns a copy of the rooms' per-model tables, each family's in its order (their
 // globs name no model of another family).
-func ModelLimits() []pricing.ModelLimits { return append(openai.Limits(), anthropic.Limits()...) }
+func ModelLimits() []pricing.ModelLimits {
+	return append(append(openai.Limits(), anthropic.Limits()...), bedrock.Limits()...)
+}
 
 // Maxima is the largest context and output of the family of id, for models its table does not
 // know. A provider with no room of its own gets OpenAI's family's. It allocates nothing.
 func Maxima(id provider.ID) pricing.ModelLimits {
 	if id == provider.Anthropic {
 		return pricing.ModelLimits{Context: anthropic.MaxContext, Output: anthropic.MaxOutput}
+	}
+	if id == provider.Bedrock {
+		return pricing.ModelLimits{Context: bedrock.MaxContext, Output: bedrock.MaxOutput}
 	}
 	return pricing.ModelLimits{Context: openai.MaxContext, Output: openai.MaxOutput}
 }

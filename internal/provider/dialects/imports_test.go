@@ -19,7 +19,8 @@ func TestImports(t *testing.T) {
 		"../pricing":   {"provider", "tiktoken"},
 		"../openai":    {"provider", "provider/pricing"},
 		"../anthropic": {"provider", "provider/pricing", "provider/openai"},
-		".":            {"provider", "provider/pricing", "provider/openai", "provider/anthropic"},
+		"../bedrock":   {"provider", "provider/pricing", "provider/anthropic"},
+		".":            {"provider", "provider/pricing", "provider/openai", "provider/anthropic", "provider/bedrock"},
 	} {
 		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/bedrock"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
@@ -21,6 +22,10 @@ import (
 //     client.chat.completions.create; "Rate limits follow Anthropic's standard limits for the
 //     /v1/messages endpoint": platform.claude.com/docs/en/api/openai-sdk). That endpoint speaks
 //     OpenAI's dialect (its body, its SDK, its error body) and is Anthropic for every rule.
+//   - bedrock-runtime.{region}.amazonaws.com (and its FIPS variant) is the Amazon Bedrock
+//     runtime: /model/{modelId}/converse, /converse-stream, /invoke,
+//     /invoke-with-response-stream. The third result is then the path's modelId, as sent
+//     (URL-encoded): the path, not the body, names Bedrock's model.
 //
 // Any other path on a provider's host (images, audio, files, batches, realtime, models, or a
 // priced API the host does not serve, such as /v1/messages on OpenAI's) is that provider's
@@ -29,8 +34,8 @@ import (
 // policy of the limits file decides it).
 
 // Recognize returns the provider and API of a request to host (the :authority, any case, with
-// or without a port) and path (the query string is ignored), and the Azure deployment the path
-// names ("" when none). It allocates nothing and is safe for concurrent use.
+// or without a port) and path (the query string is ignored), and the model the path names ("" when
+// none): the Azure deployment, or Bedrock's modelId. It allocates nothing and is safe for concurrent use.
 func Recognize(host, p string) (prov provider.ID, api provider.API, deployment string) {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
@@ -45,6 +50,9 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 		}
 	case anthropic.Host(h) != provider.Unknown:
 		prov, api = provider.Anthropic, anthropic.API(p)
+	case bedrock.Host(h) != provider.Unknown:
+		prov = provider.Bedrock
+		api, deployment = bedrock.API(p)
 	default:
 		return pathRoute(p)
 	}

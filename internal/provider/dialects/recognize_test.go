@@ -45,6 +45,17 @@ func TestRecognize(t *testing.T) {
 		{"api.openai.com.evil.example", "/v1/messages", provider.Anthropic, provider.Messages, ""},
 		{"[::1]:443", "/v1/completions", provider.OpenAI, provider.Completions, ""},
 		{"", "/v1/models", provider.Unknown, provider.UnknownAPI, ""},
+		// Bedrock: the host, then the operation and the model id the path names, as sent.
+		{"bedrock-runtime.us-east-1.amazonaws.com", "/model/us.anthropic.claude-sonnet-4-20250514-v1%3A0/converse", provider.Bedrock, provider.Converse, "us.anthropic.claude-sonnet-4-20250514-v1%3A0"},
+		{"Bedrock-Runtime.EU-West-1.amazonaws.com:443", "/model/m/converse-stream", provider.Bedrock, provider.ConverseStream, "m"},
+		{"bedrock-runtime-fips.us-gov-west-1.amazonaws.com", "/model/anthropic.claude-3-haiku-20240307-v1:0/invoke", provider.Bedrock, provider.InvokeModel, "anthropic.claude-3-haiku-20240307-v1:0"},
+		{"bedrock-runtime.cn-north-1.amazonaws.com.cn", "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.x/invoke-with-response-stream", provider.Bedrock, provider.InvokeModelStream, "arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.x"},
+		{"bedrock-runtime.us-east-1.amazonaws.com", "/model/m/count-tokens", provider.Bedrock, provider.Unpriced, ""},
+		{"bedrock-runtime.us-east-1.amazonaws.com", "/model//converse", provider.Bedrock, provider.Unpriced, ""},
+		{"bedrock-runtime.us-east-1.amazonaws.com", "/v1/messages", provider.Bedrock, provider.Unpriced, ""},
+		{"bedrock-runtime..amazonaws.com", "/model/m/converse", provider.Unknown, provider.UnknownAPI, ""},
+		{"bedrock.us-east-1.amazonaws.com", "/model/m/converse", provider.Unknown, provider.UnknownAPI, ""},
+		{"bedrock-runtime.us-east-1.amazonaws.com.evil.example", "/model/m/converse", provider.Unknown, provider.UnknownAPI, ""},
 	} {
 		prov, api, dep := Recognize(c.host, c.path)
 		if prov != c.prov || api != c.api || dep != c.deployment {
@@ -55,7 +66,7 @@ func TestRecognize(t *testing.T) {
 
 func FuzzRecognize(f *testing.F) {
 	for _, s := range [][2]string{{"api.anthropic.com", "/v1/chat/completions"}, {"x.openai.azure.com:443", "/openai/deployments/d/responses"},
-		{"[::1]:", "/v1/messages?"}, {"API.OPENAI.COM.", "//"}, {":", ""}} {
+		{"[::1]:", "/v1/messages?"}, {"bedrock-runtime.us-east-1.amazonaws.com", "/model/a%3A0/invoke"}, {"API.OPENAI.COM.", "//"}, {":", ""}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, host, path string) {
@@ -63,8 +74,11 @@ func FuzzRecognize(f *testing.F) {
 		if (prov == provider.Unknown) != (api == provider.UnknownAPI) {
 			t.Fatalf("Recognize(%q, %q) = %v %v: a provider without an API or the reverse", host, path, prov, api)
 		}
-		if dep != "" && (prov != provider.Azure || strings.Contains(dep, "/")) {
+		if dep != "" && (prov != provider.Azure && prov != provider.Bedrock || strings.Contains(dep, "/")) {
 			t.Fatalf("Recognize(%q, %q): deployment %q for %v", host, path, dep, prov)
+		}
+		if prov == provider.Bedrock && api != provider.Unpriced && (dep == "" || api < provider.Converse) {
+			t.Fatalf("Recognize(%q, %q) = bedrock %v model %q", host, path, api, dep)
 		}
 		if prov == provider.Anthropic && api != provider.Messages && api != provider.ChatCompletions && api != provider.Unpriced {
 			t.Fatalf("Recognize(%q, %q) = anthropic %v", host, path, api)
