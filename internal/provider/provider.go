@@ -3,6 +3,7 @@ package provider
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ID is the provider a request is addressed to: an API family or one of its dialects.
@@ -14,6 +15,11 @@ const (
 	OpenAI
 	Azure
 	Anthropic
+	// Gemini is the Gemini API (generativelanguage.googleapis.com).
+	Gemini
+	// Vertex is Vertex AI's generative models ({region-}aiplatform.googleapis.com): Gemini, and
+	// Anthropic's models through rawPredict.
+	Vertex
 )
 
 // String returns a stable name used in configuration, logs, metrics and the reservation's tag.
@@ -25,6 +31,10 @@ func (p ID) String() string {
 		return "azure"
 	case Anthropic:
 		return "anthropic"
+	case Gemini:
+		return "gemini"
+	case Vertex:
+		return "vertex"
 	}
 	return "unknown"
 }
@@ -38,6 +48,10 @@ func Parse(name string) ID {
 		return Azure
 	case "anthropic":
 		return Anthropic
+	case "gemini":
+		return Gemini
+	case "vertex":
+		return Vertex
 	}
 	return Unknown
 }
@@ -53,6 +67,11 @@ const (
 	Responses
 	Embeddings
 	Messages
+	// GenerateContent is Gemini's models/{model}:generateContent (one JSON answer).
+	GenerateContent
+	// StreamGenerateContent is models/{model}:streamGenerateContent: a JSON array of answers,
+	// or server-sent events with ?alt=sse.
+	StreamGenerateContent
 )
 
 // String returns a stable name used in configuration, logs and metrics.
@@ -68,6 +87,10 @@ func (a API) String() string {
 		return "embeddings"
 	case Messages:
 		return "messages"
+	case GenerateContent:
+		return "generate_content"
+	case StreamGenerateContent:
+		return "stream_generate_content"
 	}
 	return "unknown"
 }
@@ -173,6 +196,9 @@ type Error struct {
 	Code string
 	// Message is the human-readable text.
 	Message string
+	// RetryAfter is how long a RateLimited answer asks the client to wait (0 when unknown), for
+	// the dialects whose body says it (Gemini's google.rpc.RetryInfo).
+	RetryAfter time.Duration
 }
 
 // Usage is what a provider reports it counted for one response.

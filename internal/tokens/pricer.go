@@ -460,10 +460,21 @@ func (s *call) unknownAPI(in *Input, size int64, partial bool) {
 // A spelling that reaches the same deployment reaches the same model: the name is
 // percent-decoded (%70rod is prod) and looked up regardless of ASCII case. Both cost only the
 // requests that use them.
+//
+// A Gemini or Vertex AI path names the model itself (models/{model}:generateContent): it is the
+// model, percent-decoded, whatever the body says.
 func (s *call) deploymentModel() string {
 	d := s.deployment
 	if d == "" {
 		return ""
+	}
+	if s.Est.Provider != AzureOpenAI {
+		if strings.IndexByte(d, '%') >= 0 {
+			if u, err := url.PathUnescape(d); err == nil {
+				return u
+			}
+		}
+		return d
 	}
 	if m, ok := s.p.opts.AzureDeployments[d]; ok {
 		return m

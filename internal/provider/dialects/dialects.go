@@ -3,6 +3,7 @@ package dialects
 import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/gemini"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
@@ -15,6 +16,8 @@ func Of(id provider.ID) provider.Dialect {
 		return anthropic.Dialect{}
 	case provider.OpenAI, provider.Azure:
 		return openai.Dialect{}
+	case provider.Gemini, provider.Vertex:
+		return gemini.Dialect{}
 	}
 	return openai.Dialect{}
 }
@@ -29,6 +32,8 @@ func Price(r *pricing.Request, root int) {
 	switch r.Est.Provider {
 	case provider.Anthropic:
 		anthropic.Price(r, root)
+	case provider.Gemini, provider.Vertex:
+		gemini.Price(r, root)
 	default:
 		openai.Price(r, root)
 	}
@@ -36,13 +41,18 @@ func Price(r *pricing.Request, root int) {
 
 // ModelLimits returns a copy of the rooms' per-model tables, each family's in its order (their
 // globs name no model of another family).
-func ModelLimits() []pricing.ModelLimits { return append(openai.Limits(), anthropic.Limits()...) }
+func ModelLimits() []pricing.ModelLimits {
+	return append(append(openai.Limits(), anthropic.Limits()...), gemini.Limits()...)
+}
 
 // Maxima is the largest context and output of the family of id, for models its table does not
 // know. A provider with no room of its own gets OpenAI's family's. It allocates nothing.
 func Maxima(id provider.ID) pricing.ModelLimits {
-	if id == provider.Anthropic {
+	switch id {
+	case provider.Anthropic:
 		return pricing.ModelLimits{Context: anthropic.MaxContext, Output: anthropic.MaxOutput}
+	case provider.Gemini, provider.Vertex:
+		return pricing.ModelLimits{Context: gemini.MaxContext, Output: gemini.MaxOutput}
 	}
 	return pricing.ModelLimits{Context: openai.MaxContext, Output: openai.MaxOutput}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/gemini"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
@@ -14,6 +15,8 @@ func TestOf(t *testing.T) {
 		"openai":    openai.Dialect{},
 		"azure":     openai.Dialect{},
 		"anthropic": anthropic.Dialect{},
+		"gemini":    gemini.Dialect{},
+		"vertex":    gemini.Dialect{},
 		"unknown":   openai.Dialect{},
 		"vllm":      openai.Dialect{},
 	} {
@@ -21,7 +24,7 @@ func TestOf(t *testing.T) {
 			t.Errorf("Named(%q) = %T, want %T", name, got, want)
 		}
 	}
-	for id := provider.Unknown; id <= provider.Anthropic; id++ {
+	for id := provider.Unknown; id <= provider.Vertex; id++ {
 		if provider.Parse(id.String()) != id {
 			t.Errorf("Parse(%q) is not %v", id.String(), id)
 		}

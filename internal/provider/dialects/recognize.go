@@ -5,6 +5,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/gemini"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
@@ -21,14 +22,20 @@ import (
 //     client.chat.completions.create; "Rate limits follow Anthropic's standard limits for the
 //     /v1/messages endpoint": platform.claude.com/docs/en/api/openai-sdk). That endpoint speaks
 //     OpenAI's dialect (its body, its SDK, its error body) and is Anthropic for every rule.
+//   - generativelanguage.googleapis.com is the Gemini API, and aiplatform.googleapis.com and
+//     {region}-aiplatform.googleapis.com are Vertex AI: models/{model}:generateContent and
+//     :streamGenerateContent, their OpenAI-compatible chat endpoints, and (Vertex) Claude's
+//     publishers/anthropic/models/{model}:rawPredict; the path names the model
+//     (gemini.Route).
 //
 // A path a host does not serve (/v1/messages on OpenAI's host, /v1/embeddings on Anthropic's)
 // is UnknownAPI, as is any path outside the priced APIs; an UnknownAPI request has no provider,
 // whatever its host: it is not a priced LLM call.
 
 // Recognize returns the provider and API of a request to host (the :authority, any case, with
-// or without a port) and path (the query string is ignored), and the Azure deployment the path
-// names ("" when none). It allocates nothing and is safe for concurrent use.
+// or without a port) and path (the query string is ignored), and the Azure deployment or the
+// Gemini or Vertex model the path names, percent-encoded as it is sent ("" when none). It
+// allocates nothing and is safe for concurrent use.
 func Recognize(host, p string) (prov provider.ID, api provider.API, deployment string) {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
@@ -43,6 +50,8 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 		}
 	case anthropic.Host(h) != provider.Unknown:
 		prov, api = provider.Anthropic, anthropic.API(p)
+	case gemini.Host(h) != provider.Unknown:
+		prov, api, deployment = gemini.Route(gemini.Host(h), p)
 	default:
 		return pathRoute(p)
 	}
@@ -52,10 +61,15 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 	return prov, api, deployment
 }
 
-// pathRoute is recognition from the path alone, for hosts that are no provider's: the Messages
-// API is Anthropic's, an /openai/ path Azure's (which serves no Messages API), any other
-// OpenAI's.
+// pathRoute is recognition from the path alone, for hosts that are no provider's: a
+// models/{model}:generateContent path is Gemini's (Vertex's under publishers/), a Claude
+// rawPredict path Vertex's, the Messages API Anthropic's, an /openai/ path Azure's (which serves
+// no Messages API), any other OpenAI's.
 func pathRoute(p string) (provider.ID, provider.API, string) {
+	if prov, api, model := gemini.Route(provider.Unknown, p); api == provider.GenerateContent ||
+		api == provider.StreamGenerateContent || (prov == provider.Vertex && api == provider.Messages) {
+		return prov, api, model
+	}
 	azure := openai.AzurePath(p)
 	switch {
 	case anthropic.MessagesPath(p) && azure:
