@@ -13,11 +13,13 @@ import (
 type parser struct {
 	dialect provider.Dialect // nil: openai's, which OpenAI-compatible servers speak
 	sse     bool
-	limit   int
-	buf     []byte // JSON: the body so far; SSE: the current unfinished line
-	over    bool   // the body (or a line) went beyond limit: no usage
-	found   bool
-	usage   provider.Usage
+	// array is set once a JSON body turns out to be an array of documents (jsonarray.go).
+	array *arrayFrames
+	limit int
+	buf   []byte // JSON: the body so far; SSE: the current unfinished line
+	over  bool   // the body (or a line) went beyond limit: no usage
+	found bool
+	usage provider.Usage
 }
 
 // write consumes one chunk.
@@ -26,6 +28,18 @@ func (p *parser) write(chunk []byte) {
 		return
 	}
 	if !p.sse {
+		if p.array == nil && len(p.buf) == 0 {
+			switch first(chunk) {
+			case 0:
+				return // whitespace before the body's first value
+			case '[':
+				p.array = &arrayFrames{}
+			}
+		}
+		if p.array != nil {
+			p.array.write(chunk, p.limit, p.element)
+			return
+		}
 		if len(p.buf)+len(chunk) > p.limit {
 			p.over, p.buf = true, nil
 			return
@@ -54,12 +68,32 @@ func (p *parser) write(chunk []byte) {
 	}
 }
 
-// line handles one SSE line: only data lines that mention usage are decoded (every dialect
-// reports it under "usage").
+// first is the first byte of b that is not JSON whitespace, 0 when there is none.
+func first(b []byte) byte {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return c
+		}
+	}
+	return 0
+}
+
+// usageKey is what every dialect's usage is reported under: "usage" (OpenAI, Anthropic) or
+// "usageMetadata" (Gemini).
+var usageKey = []byte(`"usage`)
+
+// element handles one document of a streamed JSON array: decoded when it mentions usage.
+func (p *parser) element(doc []byte) {
+	if bytes.Contains(doc, usageKey) {
+		p.decode(doc)
+	}
+}
+
+// line handles one SSE line: only data lines that mention usage are decoded.
 func (p *parser) line(l []byte) {
 	l = bytes.TrimSuffix(l, []byte{'\r'})
 	data, ok := bytes.CutPrefix(l, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+	if !ok || !bytes.Contains(data, usageKey) {
 		return
 	}
 	p.decode(bytes.TrimSpace(data))
@@ -88,7 +122,7 @@ func (p *parser) end() (provider.Usage, bool) {
 		if len(p.buf) > 0 {
 			p.line(p.buf)
 		}
-	} else if len(p.buf) > 0 {
+	} else if p.array == nil && len(p.buf) > 0 {
 		p.decode(p.buf)
 	}
 	p.buf = nil
