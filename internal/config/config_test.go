@@ -479,3 +479,37 @@ rules:
 		t.Errorf("five windows: %v", err)
 	}
 }
+
+// A quota may follow an IANA time zone, validated at load; other algorithms have no calendar.
+func TestQuotaTimezone(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+rules:
+  - name: rpd
+    match: {provider: gemini}
+    requests: {limit: 1500, period: day, algorithm: quota, timezone: America/Los_Angeles}
+`), "tz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Rules[0].Limit(provider.Requests)
+	if l.Zone == nil || l.Zone.String() != "America/Los_Angeles" || l.Spec("x", 1, 0).Zone != l.Zone {
+		t.Errorf("zoned quota: %+v", l)
+	}
+	_, err = Parse([]byte(`
+rules:
+  - name: a
+    requests: {limit: 1, period: day, algorithm: quota, timezone: Mars/Olympus_Mons}
+  - name: b
+    requests: {limit: 1, period: minute, timezone: America/Los_Angeles}
+  - name: c
+    requests: {limit: 1, period: month, algorithm: quota, timezone: Local}
+`), "tz")
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 ||
+		!strings.HasPrefix(ce.Problems[0], `rules[0].requests.timezone: "Mars/Olympus_Mons" is not an IANA time zone`) ||
+		ce.Problems[1] != `rules[1].requests.timezone: applies to algorithm: quota only (calendar periods)` ||
+		!strings.HasPrefix(ce.Problems[2], `rules[2].requests.timezone: Local depends on the host`) {
+		t.Errorf("problems: %v", err)
+	}
+}
