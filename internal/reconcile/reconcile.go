@@ -133,9 +133,9 @@ type stream struct {
 	// aborted before the response started (the client went away, or Envoy gave up).
 	responded bool
 	// retry reads the wait out of a provider 429's body, for a dialect whose 429 says it there
-	// (retryReader); nil once read, or when the headers said it. errBody is that body so far.
-	retry   retryReader
-	errBody []byte
+	// (retryReader); nil once read, or when the headers said it. The body is kept in body (raw),
+	// decoded first when compressed.
+	retry retryReader
 }
 
 // retryReader is a dialect whose provider 429 gives its wait in the body rather than in a
@@ -228,7 +228,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		case st.retry != nil:
 			// The rest of a 429 whose body says how long to wait; it settled with its headers.
 			if b := req.GetResponseBody(); b != nil {
-				st.errBody = append(st.errBody, b.GetBody()[:min(len(b.GetBody()), maxErrorBody-len(st.errBody))]...)
+				if st.dec != nil {
+					st.dec.write(b.GetBody())
+				} else {
+					st.body.write(b.GetBody())
+				}
 				if !b.GetEndOfStream() {
 					continue
 				}
@@ -254,13 +258,18 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 }
 
 // awaitRetry reports whether the feedback of a provider 429 waits for its body: the headers
-// gave no wait, and the reservation's dialect reads one from the body (an uncompressed one).
+// gave no wait, and the reservation's dialect reads one from the body. The body is kept whole
+// (up to maxErrorBody), decoded as a usage-bearing reply is when compressed.
 func (s *Server) awaitRetry(st *stream, ended bool) bool {
 	rr, ok := st.body.dialect.(retryReader)
-	if !ok || st.res == nil || st.rep.status != 429 || st.rep.retryAfter > 0 || st.rep.encoding != "" {
+	if !ok || st.res == nil || st.rep.status != 429 || st.rep.retryAfter > 0 || st.rep.local {
 		return false
 	}
 	st.retry = rr
+	st.body.raw, st.body.limit = true, maxErrorBody
+	if st.rep.encoding != "" && !ended {
+		s.startDecoding(st)
+	}
 	if ended {
 		s.retryFeedback(st)
 	}
@@ -270,11 +279,21 @@ func (s *Server) awaitRetry(st *stream, ended bool) bool {
 // retryFeedback applies the feedback of a 429 whose body has arrived: its wait pauses the
 // buckets marked provider_feedback (Vertex AI's capacity 429, which names none, pauses them for
 // the dialect's short backoff); a body that says none is a spending limit, as feedback counts it.
+// A body that cannot be decoded says nothing.
 func (s *Server) retryFeedback(st *stream) {
-	if d, ok := st.retry.RetryAfter(provider.Parse(st.res.Tag), st.errBody); ok {
+	var failed bool
+	if st.dec != nil {
+		failed = st.dec.finish() != nil
+		st.dec = nil
+	}
+	body := st.body.buf // read once the decoder has written all of it
+	if failed || st.undecodable != "" {
+		body = nil
+	}
+	if d, ok := st.retry.RetryAfter(provider.Parse(st.res.Tag), body); ok {
 		st.rep.retryAfter = d
 	}
-	st.retry, st.errBody = nil, nil
+	st.retry, st.body.buf = nil, nil
 	s.feedback(st)
 }
 

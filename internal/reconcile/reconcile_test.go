@@ -542,6 +542,20 @@ func TestProvider429BodyPauses(t *testing.T) {
 		{"gemini_no_wait", "gemini", dsq, true, 9750},
 		{"openai_reads_no_body", "openai", retry, true, 9750},
 	} {
+		if tc.name == "gemini_retry_info" {
+			// The same body compressed, as Google's front ends send it to a client accepting gzip.
+			t.Run("gemini_gzip", func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				e.provider = "gemini"
+				r := e.reserve(t, true)
+				z := string(compress(t, "gzip", []byte(retry)))
+				e.run(t, r, true, headers(":status", "429", "content-encoding", "gzip"), body(z[:10], false), body(z[10:], true))
+				if got := e.remaining(t, tpm); got != -1000 {
+					t.Errorf("tokens remaining %d, want -1000", got)
+				}
+			})
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)

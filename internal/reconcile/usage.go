@@ -13,6 +13,9 @@ import (
 type parser struct {
 	dialect provider.Dialect // nil: openai's, which OpenAI-compatible servers speak
 	sse     bool
+	// raw keeps the body as it comes, within limit, framed as nothing: a provider 429's body,
+	// read for its wait (retryReader).
+	raw bool
 	// array is set once a JSON body turns out to be an array of documents (jsonarray.go).
 	array *arrayFrames
 	limit int
@@ -25,6 +28,10 @@ type parser struct {
 // write consumes one chunk.
 func (p *parser) write(chunk []byte) {
 	if p.over {
+		return
+	}
+	if p.raw {
+		p.buf = append(p.buf, chunk[:min(len(chunk), max(p.limit-len(p.buf), 0))]...)
 		return
 	}
 	if !p.sse {
