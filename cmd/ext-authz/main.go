@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // quotas' time zones (limits timezone) resolve on images without zoneinfo
 )
 
 func main() {

@@ -211,7 +211,7 @@ func BenchmarkScriptRuns(b *testing.B) {
 				}
 				keys := s.keys(req.Tag, 2, func(i int) *Spec { return &req.Buckets[i] })
 				runs[r].keys = append(runs[r].keys, keys...)
-				runs[r].args = append(runs[r].args, string(appendTake(nil, req, len(keys))))
+				runs[r].args = append(runs[r].args, string(appendTake(nil, req, len(keys), time.Time{})))
 			}
 		}
 		return &runs

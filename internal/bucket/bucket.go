@@ -60,6 +60,11 @@ type Spec struct {
 	Period time.Duration
 	// Calendar is the reset period of a Quota bucket.
 	Calendar Calendar
+	// Zone is the time zone whose midnights a Quota's calendar periods start at (the Gemini
+	// API's requests per day "reset at midnight Pacific time": America/Los_Angeles); nil is UTC.
+	// Its offsets are computed in Go, daylight saving included, at each call, and passed to the
+	// store (zoneOffsets).
+	Zone *time.Location
 	// Burst is the capacity of a TokenBucket; 0 means Limit.
 	Burst int64
 	// Cost is what this request takes from the bucket (>= 0).

@@ -21,7 +21,8 @@
 --               keys      how many of KEYS the call's buckets are in (token buckets may share one)
 --               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
 --               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
---                         c = concurrency (period_us is the lease's time to live); 1 to 4 = a token
+--                         c = concurrency (period_us is the lease's time to live; for a quota it
+--                         holds its zone's offsets, see zone below); 1 to 4 = a token
 --                         bucket in that slot of a shared key (see Storage), the call's next key;
 --                         5 to 8 = slot 1 to 4 of the previous bucket's key
 --               amount    take: the cost (>= 0; a concurrency bucket: 0 or 1, one lease);
@@ -124,19 +125,30 @@ local function first_day(y, m)
   return era * 146097 + doe - 719468
 end
 
--- Index of the calendar period holding time t: days, or months since year 0.
-local function period_of(alg, t)
-  local day = floor(t / DAY_US)
+-- A zoned quota's zone offsets in microseconds, packed in its period by Go (validate.go
+-- zoneOffsets, from the zone's rules, daylight saving included): the offset at the call's time,
+-- and at the start of the next period. 0 is UTC.
+local function zone(z)
+  if z == 0 then return 0, 0 end
+  local a = floor(z / 131072)
+  return (a - 65536) * 1e6, (z - a * 131072 - 65536) * 1e6
+end
+
+-- Index of the calendar period holding time t in the zone z: local days, or months since year 0.
+local function period_of(alg, t, z)
+  local off = zone(z)
+  local day = floor((t + off) / DAY_US)
   if alg == 'd' then return day end
   local y, m = civil(day)
   return y * 12 + m - 1
 end
 
--- Start of calendar period p.
-local function period_start(alg, p)
-  if alg == 'd' then return p * DAY_US end
+-- Start of calendar period p in the zone z (at the next period's offset).
+local function period_start(alg, p, z)
+  local _, off = zone(z)
+  if alg == 'd' then return p * DAY_US - off end
   local y = floor(p / 12)
-  return first_day(y, p - y * 12 + 1) * DAY_US
+  return first_day(y, p - y * 12 + 1) * DAY_US - off
 end
 
 local HEADER, BUCKET = '<c1Bddc0', '<c1ddddd'
@@ -176,7 +188,7 @@ local function reset_of(i)
     if #subs == 0 then return 0 end
     return (subs[#subs][1] + SLOTS + 1) * SW[i] - now
   end
-  return period_start(alg, PIDX[i] + 1) - now
+  return period_start(alg, PIDX[i] + 1, PERIOD[i]) - now
 end
 
 -- The level of bucket i to report, rounded down; a token bucket's is inline in call.
@@ -385,7 +397,7 @@ local function store(i)
       FRESH[key] = false
     else
       -- A quota is full again once its debt is paid off: ceil(used / limit) periods ahead.
-      local live = period_start(alg, PIDX[i] + ceil(used / LIMIT[i])) - now
+      local live = period_start(alg, PIDX[i] + ceil(used / LIMIT[i]), PERIOD[i]) - now
       local v = spack('<dd', used, PIDX[i])
       rcall('SET', key, v, 'PX', ttl_ms(live))
       FRESH[key] = v
@@ -465,7 +477,7 @@ local function load(i, k, alg, lease)
     SW[i], SUBS[i], STALE[i], SUM[i] = w, subs, stale, sum
   elseif alg == 'd' or alg == 'm' then
     local used, p = load16(key, k)
-    local cur = period_of(alg, now)
+    local cur = period_of(alg, now, PERIOD[i])
     if used == nil then
       used, p = 0, cur
     elseif p < cur then
@@ -669,7 +681,7 @@ local function call(ci, base, n, nkeys, pos, op, max_wait, lease)
     else
       if USED[i] + need > cap then
         local ahead = ceil((USED[i] + need - cap) / LIMIT[i])
-        w = period_start(alg, PIDX[i] + ahead) - now
+        w = period_start(alg, PIDX[i] + ahead, PERIOD[i]) - now
       end
     end
     WAIT[i] = w

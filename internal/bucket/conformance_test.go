@@ -77,6 +77,7 @@ var conformance = []struct {
 	{"sliding_window/error_bound", testSlidingWindowErrorBound},
 	{"quota/day", testQuotaDay},
 	{"quota/month", testQuotaMonth},
+	{"quota/zone_dst", testQuotaZone},
 	{"all_or_nothing", testAllOrNothing},
 	{"wait_is_max", testWaitIsMax},
 	{"impossible", testImpossible},
@@ -262,6 +263,56 @@ func testQuotaDay(t *testing.T, s store, clk *clock) {
 	}
 	clk.Advance(time.Microsecond)
 	check(t, "after midnight", take(t, s, req(with(spec, 1))), allowed(State{Remaining: 99, Limit: 100, Reset: 24 * time.Hour}))
+}
+
+// testQuotaZone: a quota in a zone resets at the zone's midnights, daylight-saving days
+// included (the Gemini API's requests per day "reset at midnight Pacific time"): not at UTC's
+// midnight, the spring day is 23 hours long and the autumn day 25.
+func testQuotaZone(t *testing.T, s store, clk *clock) {
+	la, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := quota("la-day", 10, Day, 10)
+	day.Zone = la
+	// 15:59 PST, a minute before UTC's midnight: that midnight resets nothing.
+	clk.Set(time.Date(2026, 3, 7, 15, 59, 0, 0, la))
+	check(t, "use all", take(t, s, req(day)), allowed(State{Remaining: 0, Limit: 10, Reset: 8*time.Hour + time.Minute}))
+	clk.Advance(time.Minute)
+	if res := take(t, s, req(with(day, 1))); res.Outcome != Denied || res.Wait != 8*time.Hour {
+		t.Fatalf("at UTC midnight: %+v, want denied for 8 hours, until Pacific midnight", res)
+	}
+	clk.Set(time.Date(2026, 3, 7, 23, 59, 59, 0, la))
+	if res := take(t, s, req(with(day, 1))); res.Outcome != Denied || res.Wait != time.Second {
+		t.Fatalf("a second before Pacific midnight: %+v", res)
+	}
+	clk.Advance(time.Second)
+	// 8 March 2026 springs forward at 02:00: its day is 23 hours.
+	check(t, "spring midnight", take(t, s, req(with(day, 10))), allowed(State{Remaining: 0, Limit: 10, Reset: 23 * time.Hour}))
+	clk.Set(time.Date(2026, 3, 8, 23, 59, 0, 0, la))
+	if res := take(t, s, req(with(day, 1))); res.Outcome != Denied || res.Wait != time.Minute {
+		t.Fatalf("a minute before the 23-hour day ends: %+v", res)
+	}
+	clk.Advance(time.Minute)
+	check(t, "after the short day", take(t, s, req(with(day, 1))), allowed(State{Remaining: 9, Limit: 10, Reset: 24 * time.Hour}))
+	// 1 November 2026 falls back at 02:00: its day is 25 hours.
+	fall := quota("la-fall", 3, Day, 3)
+	fall.Zone = la
+	clk.Set(time.Date(2026, 11, 1, 0, 0, 0, 0, la))
+	check(t, "autumn midnight", take(t, s, req(fall)), allowed(State{Remaining: 0, Limit: 3, Reset: 25 * time.Hour}))
+	clk.Advance(24 * time.Hour)
+	if res := take(t, s, req(with(fall, 1))); res.Outcome != Denied || res.Wait != time.Hour {
+		t.Fatalf("24 hours into the 25-hour day: %+v", res)
+	}
+	// A month in the zone ends at its local midnight, as UTC's does at UTC's.
+	month := quota("la-month", 2, Month, 2)
+	month.Zone = la
+	clk.Set(time.Date(2026, 3, 31, 23, 0, 0, 0, la))
+	check(t, "month", take(t, s, req(month)), allowed(State{Remaining: 0, Limit: 2, Reset: time.Hour}))
+	clk.Advance(time.Hour)
+	if got := remaining(t, s, "p", month); got != 2 {
+		t.Fatalf("a new Pacific month: %d remaining, want 2", got)
+	}
 }
 
 func testQuotaMonth(t *testing.T, s store, clk *clock) {

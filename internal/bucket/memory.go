@@ -77,10 +77,11 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := float64(m.now().UnixMicro())
+	clock := m.now()
+	now := float64(clock.UnixMicro())
 	for i := range bs {
 		b := &req.Buckets[i]
-		m.load(&bs[i], memKey{req.Tag, b.Name, b.Code(), b.Slot}, paramsOf(b, b.Cost), now, req.Lease)
+		m.load(&bs[i], memKey{req.Tag, b.Name, b.Code(), b.Slot}, paramsOf(b, b.Cost, clock), now, req.Lease)
 	}
 
 	outcome, blocking, wait := Allowed, -1, 0.0
@@ -150,12 +151,13 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := float64(m.now().UnixMicro())
+	clock := m.now()
+	now := float64(clock.UnixMicro())
 	var b loaded
 	for i := range adj {
 		a := &adj[i]
 		b = loaded{}
-		m.load(&b, memKey{tag, a.Name, a.Code(), a.Slot}, paramsOf(&a.Spec, a.Delta), now, lease)
+		m.load(&b, memKey{tag, a.Name, a.Code(), a.Slot}, paramsOf(&a.Spec, a.Delta, clock), now, lease)
 		d := b.p.amount
 		switch b.p.alg {
 		case CodeConcurrency:
@@ -199,7 +201,8 @@ func (m *Memory) Lower(ctx context.Context, tag string, lv []Level) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := float64(m.now().UnixMicro())
+	clock := m.now()
+	now := float64(clock.UnixMicro())
 	var b loaded
 	for i := range lv {
 		l := &lv[i]
@@ -207,7 +210,7 @@ func (m *Memory) Lower(ctx context.Context, tag string, lv []Level) error {
 			continue
 		}
 		b = loaded{}
-		m.load(&b, memKey{tag, l.Name, l.Code(), l.Slot}, paramsOf(&l.Spec, l.Remaining), now, "")
+		m.load(&b, memKey{tag, l.Name, l.Code(), l.Slot}, paramsOf(&l.Spec, l.Remaining, clock), now, "")
 		d := b.current() - b.p.amount
 		if d <= 0 {
 			continue
@@ -302,7 +305,7 @@ func (m *Memory) load(b *loaded, key memKey, p params, now float64, lease string
 			}
 		}
 	default:
-		cur := periodOf(p.alg, now)
+		cur := periodOf(p.alg, now, p.period)
 		if e == nil {
 			b.used, b.per = 0, cur
 		} else {
@@ -348,7 +351,7 @@ func (b *loaded) decide(now float64) {
 	default:
 		if b.used+need > b.p.cap {
 			ahead := math.Ceil((b.used + need - b.p.cap) / b.p.limit)
-			b.wait = periodStart(b.p.alg, b.per+ahead) - now
+			b.wait = periodStart(b.p.alg, b.per+ahead, b.p.period) - now
 		}
 	}
 }
@@ -431,7 +434,7 @@ func (b *loaded) reset(now float64) float64 {
 		}
 		return (b.slots[len(b.slots)-1].idx+SlidingWindows+1)*b.w - now
 	}
-	return periodStart(b.p.alg, b.per+1) - now
+	return periodStart(b.p.alg, b.per+1, b.p.period) - now
 }
 
 // store writes b back, or deletes it when full, with its expiry.
@@ -490,7 +493,7 @@ func (m *Memory) store(b *loaded, now float64) {
 	}
 	live := b.reset(now)
 	if b.p.alg == CodeDaily || b.p.alg == CodeMonthly {
-		live = periodStart(b.p.alg, b.per+math.Ceil(b.used/b.p.limit)) - now
+		live = periodStart(b.p.alg, b.per+math.Ceil(b.used/b.p.limit), b.p.period) - now
 	}
 	e.expires = now + (math.Ceil(live/1000)+expiryMarginMS)*1000
 	m.writes++
@@ -513,9 +516,11 @@ func (m *Memory) sweep(now float64) {
 	}
 }
 
-// periodOf is the index of the calendar period holding t: days, or months since year 0.
-func periodOf(alg byte, t float64) float64 {
-	day := math.Floor(t / dayUS)
+// periodOf is the index of the calendar period holding t in the zone packed in z
+// (zoneOffsets): local days, or months since year 0.
+func periodOf(alg byte, t, z float64) float64 {
+	off, _ := unpackZone(z)
+	day := math.Floor((t + off) / dayUS)
 	if alg == CodeDaily {
 		return day
 	}
@@ -523,13 +528,15 @@ func periodOf(alg byte, t float64) float64 {
 	return y*12 + m - 1
 }
 
-// periodStart is the first microsecond of calendar period p.
-func periodStart(alg byte, p float64) float64 {
+// periodStart is the first microsecond of calendar period p in the zone packed in z, whose
+// offset at the next period's start it takes.
+func periodStart(alg byte, p, z float64) float64 {
+	_, off := unpackZone(z)
 	if alg == CodeDaily {
-		return p * dayUS
+		return p*dayUS - off
 	}
 	y := math.Floor(p / 12)
-	return firstDay(y, p-y*12+1) * dayUS
+	return firstDay(y, p-y*12+1)*dayUS - off
 }
 
 // civil converts days since 1970-01-01 to (year, month) in the proleptic Gregorian calendar

@@ -87,7 +87,7 @@ func TestCalendar(t *testing.T) {
 			t.Fatalf("firstDay(%v, %v) = %v, want %v", y, m, firstDay(y, m), days)
 		}
 		next := time.Date(d.Year(), d.Month()+1, 1, 0, 0, 0, 0, time.UTC)
-		if got := periodStart('m', periodOf('m', float64(d.UnixMicro()))+1); got != float64(next.UnixMicro()) {
+		if got := periodStart('m', periodOf('m', float64(d.UnixMicro()), 0)+1, 0); got != float64(next.UnixMicro()) {
 			t.Fatalf("next month after %v: %v, want %v", d, got, next.UnixMicro())
 		}
 	}

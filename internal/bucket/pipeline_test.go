@@ -147,7 +147,7 @@ func TestScriptDecidesCallsApart(t *testing.T) {
 	day := quota("day", 1000, Day, 7)
 	key := func(spec Spec) string { return s.keys("p", 1, func(int) *Spec { return &spec })[0] }
 	arg := func(spec Spec) string {
-		return string(appendTake(nil, req(spec), 1))
+		return string(appendTake(nil, req(spec), 1, time.Time{}))
 	}
 	if err := c.Set(ctx, key(sw), "not a hash", 0).Err(); err != nil {
 		t.Fatal(err)

@@ -82,7 +82,7 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 	keys := s.keys(req.Tag, n, req.spec)
 
 	var buf [512]byte
-	v, err := s.run(ctx, req.Tag, keys, appendTake(buf[:0], req, len(keys)))
+	v, err := s.run(ctx, req.Tag, keys, appendTake(buf[:0], req, len(keys), s.clock()))
 	if err != nil {
 		return Result{}, err
 	}
@@ -101,8 +101,9 @@ func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error 
 	keys := s.keys(tag, len(adj), spec)
 	var buf [512]byte
 	a := appendHeader(buf[:0], 'A', len(keys), 0, lease)
+	now := s.clock()
 	for i := range adj {
-		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta), continues(spec, i))
+		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta, now), continues(spec, i))
 	}
 	return s.runCount(ctx, "adjust", tag, keys, a, len(adj))
 }
@@ -118,8 +119,9 @@ func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
 	keys := s.keys(tag, len(lv), spec)
 	var buf [512]byte
 	a := appendHeader(buf[:0], 'L', len(keys), 0, "")
+	now := s.clock()
 	for i := range lv {
-		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining), continues(spec, i))
+		a = appendParams(a, paramsOf(&lv[i].Spec, lv[i].Remaining, now), continues(spec, i))
 	}
 	return s.runCount(ctx, "lower", tag, keys, a, len(lv))
 }
@@ -137,12 +139,12 @@ func (s *Redis) runCount(ctx context.Context, op, tag string, keys []string, arg
 }
 
 // appendTake appends the script argument of a take of req, whose buckets are in nkeys keys: its
-// header, then every bucket with its cost.
-func appendTake(a []byte, req *Request, nkeys int) []byte {
+// header, then every bucket with its cost (a zoned quota's zone as of now).
+func appendTake(a []byte, req *Request, nkeys int, now time.Time) []byte {
 	a = appendHeader(a, 'T', nkeys, req.MaxWait, req.Lease)
 	for i := range req.Buckets {
 		b := &req.Buckets[i]
-		a = appendParams(a, paramsOf(b, b.Cost), continues(req.spec, i))
+		a = appendParams(a, paramsOf(b, b.Cost, now), continues(req.spec, i))
 	}
 	return a
 }
@@ -206,6 +208,17 @@ func (s *Redis) run(ctx context.Context, tag string, keys []string, argv []byte)
 		return nil, replyCountError(len(replies), 1)
 	}
 	return callReply(replies[0])
+}
+
+// clock is the time a call's zoned quotas are placed in their zone at: the test clock's when
+// set, else this process's, which the script's TIME matches within the clocks' skew (a zone's
+// offset changes a few times a year: a skew of seconds misplaces only the calls of those
+// seconds).
+func (s *Redis) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // withClock appends the test clock's time, when set, to a run's arguments (see redis_test.go).

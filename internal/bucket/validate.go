@@ -235,14 +235,14 @@ func validateLevels(lv []Level) error {
 type params struct {
 	alg     byte
 	limit   float64
-	period  float64 // microseconds; 0 for a quota
+	period  float64 // microseconds; a quota: its zone (zoneOffsets)
 	cap     float64
 	amount  float64 // cost, or adjustment delta
 	reserve float64 // floor x capacity
 	slot    uint8   // token bucket: its slot in a shared key, 0 for a key of its own
 }
 
-func paramsOf(s *Spec, amount int64) params {
+func paramsOf(s *Spec, amount int64, now time.Time) params {
 	c := s.Capacity()
 	p := params{
 		alg:     s.Code(),
@@ -254,8 +254,44 @@ func paramsOf(s *Spec, amount int64) params {
 	}
 	if s.Algorithm != Quota {
 		p.period = float64(s.Period / time.Microsecond)
+	} else {
+		p.period = zoneOffsets(s, now)
 	}
 	return p
+}
+
+// zoneBias makes a zone offset in seconds (at most 18 hours either way) a positive 17-bit field.
+const zoneBias = 1 << 16
+
+// zoneOffsets packs what a zoned Quota's store needs of its zone at now, in the place of the
+// period a quota has no use for: the zone's UTC offset at now, which puts now in its local day
+// or month, and its offset at the start of the next period, where the resets and waits the
+// store reports begin: (offNow + 2^16) x 2^17 + (offNext + 2^16), in seconds, exact in a
+// double. 0 is UTC. Both come from the time package's zone rules, so a period across a
+// daylight-saving change is 23 or 25 hours long. A reset further ahead than the next period
+// (a debt of several periods) is reckoned with the next period's offset.
+func zoneOffsets(s *Spec, now time.Time) float64 {
+	if s.Zone == nil {
+		return 0
+	}
+	t := now.In(s.Zone)
+	_, offNow := t.Zone()
+	y, m, d := t.Date()
+	next := time.Date(y, m, d+1, 0, 0, 0, 0, s.Zone)
+	if s.Calendar == Month {
+		next = time.Date(y, m+1, 1, 0, 0, 0, 0, s.Zone)
+	}
+	_, offNext := next.Zone()
+	return float64(offNow+zoneBias)*(2*zoneBias) + float64(offNext+zoneBias)
+}
+
+// unpackZone is zoneOffsets' two offsets in microseconds (0, 0 for UTC), as bucket.lua reads them.
+func unpackZone(z float64) (now, next float64) {
+	if z == 0 {
+		return 0, 0
+	}
+	a := math.Floor(z / (2 * zoneBias))
+	return (a - zoneBias) * 1e6, (z - a*2*zoneBias - zoneBias) * 1e6
 }
 
 // durationUS converts whole microseconds to a Duration, saturating instead of overflowing.

@@ -55,6 +55,9 @@ func (c *Config) Apply(p *provider.Profile, providerName, model string) {
 	}
 }
 
+// builtinProviders names the providers with a room of their own, as the limits file spells them.
+const builtinProviders = "openai, azure, anthropic, bedrock, gemini, vertex"
+
 // compileAccounting validates accounting[i].
 func compileAccounting(s *AccountingSpec, key string) (Accounting, []error) {
 	var errs []error
@@ -63,7 +66,7 @@ func compileAccounting(s *AccountingSpec, key string) (Accounting, []error) {
 	}
 	a := Accounting{Provider: s.Provider, Model: NewGlob(s.Model)}
 	if provider.Parse(s.Provider) == provider.Unknown {
-		bad("provider", "%q is not one of openai, azure, anthropic, bedrock", s.Provider)
+		bad("provider", "%q is not one of %s", s.Provider, builtinProviders)
 	}
 	switch s.Counting {
 	case "":

@@ -232,7 +232,9 @@ type Limit struct {
 	Limit     int64
 	Period    time.Duration
 	Calendar  bucket.Calendar
-	Burst     int64
+	// Zone is a quota's time zone (Amount.Timezone); nil: UTC.
+	Zone  *time.Location
+	Burst int64
 }
 
 // Capacity is the most the bucket can hold.
@@ -246,7 +248,7 @@ func (l *Limit) Capacity() int64 {
 // Spec returns the bucket spec for this limit with the given name and cost.
 func (l *Limit) Spec(name string, cost int64, floor float64) bucket.Spec {
 	return bucket.Spec{Name: name, Algorithm: l.Algorithm, Limit: l.Limit, Period: l.Period,
-		Calendar: l.Calendar, Burst: l.Burst, Cost: cost, Floor: floor}
+		Calendar: l.Calendar, Zone: l.Zone, Burst: l.Burst, Cost: cost, Floor: floor}
 }
 
 // Limits of the accepted values, wide enough for any provider tier.
@@ -450,10 +452,10 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 		Refund:   r.Refund,
 	}
 	switch r.Match.Provider {
-	case "", "openai", "azure", "anthropic", "bedrock", "*":
+	case "", "*":
 	default:
-		if !strings.ContainsAny(r.Match.Provider, "*?") {
-			bad("match.provider", "%q is not one of openai, azure, anthropic, bedrock", r.Match.Provider)
+		if provider.Parse(r.Match.Provider) == provider.Unknown && !strings.ContainsAny(r.Match.Provider, "*?") {
+			bad("match.provider", "%q is not one of %s", r.Match.Provider, builtinProviders)
 		}
 	}
 	if p := r.Match.Priority; p != "" && classes != nil && !strings.ContainsAny(p, "*?") {
@@ -627,7 +629,24 @@ func compileAmount(a *Amount, key string) (*Limit, error) {
 		default:
 			bad("period", "%q: a quota resets per calendar day or month", a.Period)
 		}
+		if a.Timezone != "" {
+			// An IANA name, read from the system's zoneinfo or Go's embedded copy (cmd/ext-authz
+			// imports time/tzdata), with its daylight-saving rules: the store computes each
+			// period's boundaries from them.
+			z, err := time.LoadLocation(a.Timezone)
+			switch {
+			case err != nil:
+				bad("timezone", "%q is not an IANA time zone (like America/Los_Angeles): %v", a.Timezone, err)
+			case a.Timezone == "Local":
+				bad("timezone", "Local depends on the host: name the zone (like America/Los_Angeles)")
+			default:
+				l.Zone = z
+			}
+		}
 	} else {
+		if a.Timezone != "" {
+			bad("timezone", "applies to algorithm: quota only (calendar periods)")
+		}
 		switch a.Period {
 		case "second":
 			l.Period = time.Second

@@ -300,6 +300,10 @@ type Amount struct {
 	Burst int64 `yaml:"burst"`
 	// Algorithm is token_bucket (default), sliding_window or quota.
 	Algorithm string `yaml:"algorithm"`
+	// Timezone is the IANA time zone whose midnights a quota's days and months start at
+	// ("America/Los_Angeles": the Gemini API's requests per day "reset at midnight Pacific
+	// time"); empty is UTC. Daylight saving is followed: such a day may last 23 or 25 hours.
+	Timezone string `yaml:"timezone"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("1.5s", "250ms").

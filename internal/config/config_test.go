@@ -47,7 +47,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		`failure.mode: "panic" is not one of deny, allow, local`,
 		`failure.replicas: 0 must be at least 1`,
 		`rules[0].name: "bad name!" must be 1 to 64 of [A-Za-z0-9._-]`,
-		`rules[0].match.provider: "watsonx" is not one of openai, azure, anthropic, bedrock`,
+		`rules[0].match.provider: "watsonx" is not one of openai, azure, anthropic, bedrock, gemini, vertex`,
 		`rules[0].per[0]: "region" is not one of provider, model, tenant, priority`,
 		`rules[0].tokens.limit: 0 is not in [1, 1000000000000]`,
 		`rules[0].tokens.period: "fortnight" is not second, minute, hour, day, or a duration from 1s to 744h`,
@@ -436,7 +436,7 @@ accounting:
   - {provider: watsonx, counting: most, unset_output: all, output_weight: 101, cache_reads: maybe, settles: [requests]}
 `), "bad")
 	for _, want := range []string{
-		`accounting[0].provider: "watsonx" is not one of openai, azure, anthropic, bedrock`,
+		`accounting[0].provider: "watsonx" is not one of openai, azure, anthropic, bedrock, gemini, vertex`,
 		`accounting[0].counting: "most" is not sum or max_of_chars`,
 		`accounting[0].unset_output: "all" is not default or context_window`,
 		`accounting[0].output_weight: 101 is not in [1, 100]`,
@@ -478,5 +478,39 @@ rules:
 `), "many")
 	if err == nil || !strings.Contains(err.Error(), "5 windows: at most 4") {
 		t.Errorf("five windows: %v", err)
+	}
+}
+
+// A quota may follow an IANA time zone, validated at load; other algorithms have no calendar.
+func TestQuotaTimezone(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+rules:
+  - name: rpd
+    match: {provider: gemini}
+    requests: {limit: 1500, period: day, algorithm: quota, timezone: America/Los_Angeles}
+`), "tz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Rules[0].Limit(provider.Requests)
+	if l.Zone == nil || l.Zone.String() != "America/Los_Angeles" || l.Spec("x", 1, 0).Zone != l.Zone {
+		t.Errorf("zoned quota: %+v", l)
+	}
+	_, err = Parse([]byte(`
+rules:
+  - name: a
+    requests: {limit: 1, period: day, algorithm: quota, timezone: Mars/Olympus_Mons}
+  - name: b
+    requests: {limit: 1, period: minute, timezone: America/Los_Angeles}
+  - name: c
+    requests: {limit: 1, period: month, algorithm: quota, timezone: Local}
+`), "tz")
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 ||
+		!strings.HasPrefix(ce.Problems[0], `rules[0].requests.timezone: "Mars/Olympus_Mons" is not an IANA time zone`) ||
+		ce.Problems[1] != `rules[1].requests.timezone: applies to algorithm: quota only (calendar periods)` ||
+		!strings.HasPrefix(ce.Problems[2], `rules[2].requests.timezone: Local depends on the host`) {
+		t.Errorf("problems: %v", err)
 	}
 }

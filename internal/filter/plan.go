@@ -251,16 +251,21 @@ func kindName(k byte) string {
 	return "concurrent requests"
 }
 
-// periodName describes a limit's period for messages: "per minute", "per 90s", "per day (UTC)".
+// periodName describes a limit's period for messages: "per minute", "per 90s", "per day (UTC)",
+// "per day (America/Los_Angeles)".
 func periodName(l *config.Limit) string {
 	if l.Algorithm == bucket.Concurrency {
 		return "in flight"
 	}
 	if l.Algorithm == bucket.Quota {
-		if l.Calendar == bucket.Month {
-			return "per month (UTC)"
+		zone := "UTC"
+		if l.Zone != nil {
+			zone = l.Zone.String()
 		}
-		return "per day (UTC)"
+		if l.Calendar == bucket.Month {
+			return "per month (" + zone + ")"
+		}
+		return "per day (" + zone + ")"
 	}
 	switch l.Period {
 	case time.Second:

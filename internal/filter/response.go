@@ -282,7 +282,7 @@ func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wai
 		msg = fmt.Sprintf("Rate limit reached for %s (%s %s): Limit %d, Remaining %d%s, Requested %d. Please try again in %s.",
 			o.rule.Name, kind, periodName(l), s.Limit, max(s.Remaining, 0), reserve, requested, resetString(wait))
 	}
-	body := errorBody(est, provider.Error{Class: provider.RateLimited, Limit: limit, Code: "rate_limit_exceeded", Message: msg})
+	body := errorBody(est, provider.Error{Class: provider.RateLimited, Limit: limit, Code: "rate_limit_exceeded", Message: msg, RetryAfter: wait})
 	return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, hdrs, body,
 		pl.metadata(est, decisionDenied, wait))
 }

@@ -3,6 +3,7 @@ package provider
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ID is the provider a request is addressed to: an API family or one of its dialects.
@@ -16,6 +17,11 @@ const (
 	Anthropic
 	// Bedrock is the Amazon Bedrock runtime (bedrock-runtime.{region}.amazonaws.com).
 	Bedrock
+	// Gemini is the Gemini API (generativelanguage.googleapis.com).
+	Gemini
+	// Vertex is Vertex AI's generative models ({region-}aiplatform.googleapis.com): Gemini, and
+	// Anthropic's models through rawPredict.
+	Vertex
 )
 
 // String returns a stable name used in configuration, logs, metrics and the reservation's tag.
@@ -29,6 +35,10 @@ func (p ID) String() string {
 		return "anthropic"
 	case Bedrock:
 		return "bedrock"
+	case Gemini:
+		return "gemini"
+	case Vertex:
+		return "vertex"
 	}
 	return "unknown"
 }
@@ -44,6 +54,10 @@ func Parse(name string) ID {
 		return Anthropic
 	case "bedrock":
 		return Bedrock
+	case "gemini":
+		return Gemini
+	case "vertex":
+		return Vertex
 	}
 	return Unknown
 }
@@ -68,6 +82,11 @@ const (
 	ConverseStream
 	InvokeModel
 	InvokeModelStream
+	// GenerateContent is Gemini's models/{model}:generateContent (one JSON answer).
+	GenerateContent
+	// StreamGenerateContent is models/{model}:streamGenerateContent: a JSON array of answers,
+	// or server-sent events with ?alt=sse.
+	StreamGenerateContent
 )
 
 // String returns a stable name used in configuration, logs and metrics.
@@ -93,6 +112,10 @@ func (a API) String() string {
 		return "invoke_model"
 	case InvokeModelStream:
 		return "invoke_model_stream"
+	case GenerateContent:
+		return "generate_content"
+	case StreamGenerateContent:
+		return "stream_generate_content"
 	}
 	return "unknown"
 }
@@ -202,6 +225,9 @@ type Error struct {
 	Code string
 	// Message is the human-readable text.
 	Message string
+	// RetryAfter is how long a RateLimited answer asks the client to wait (0 when unknown), for
+	// the dialects whose body says it (Gemini's google.rpc.RetryInfo).
+	RetryAfter time.Duration
 }
 
 // Usage is what a provider reports it counted for one response.

@@ -5,8 +5,10 @@
 //   - refunds the reserved-but-unused tokens (rules with refund), or charges the overage (every
 //     rule), from the usage the provider reports (a JSON body's "usage", or the usage of a
 //     server-sent event stream: OpenAI's final chunk, which needs stream_options.include_usage;
-//     the Responses API's response.completed; Anthropic's message_start and message_delta),
-//     read by the dialect of the provider the reservation was made for;
+//     the Responses API's response.completed; Anthropic's message_start and message_delta;
+//     Gemini's usageMetadata, in each server-sent event or each element of a streamed JSON
+//     array, found with bounded memory per element by jsonarray.go), read by the dialect of the
+//     provider the reservation was made for;
 //   - bounds that usage first (Settlement): a report above usage_factor times the reservation,
 //     or above max_usage_tokens, is settled at the bound and counted, never applied raw;
 //   - on a provider 4xx (429 included) gives a refundable reservation back but for the part
@@ -19,7 +21,9 @@
 //     when it ends before any response (the stream opens with the request headers);
 //   - lowers the rules marked provider_feedback to what the provider's rate-limit headers say is
 //     left (x-ratelimit-*-tokens, anthropic-ratelimit-*), never raising them, and pauses them for
-//     every replica after a provider 429 with retry-after; internal/filter marks these buckets only
+//     every replica after a provider 429 with retry-after, or whose body gives the wait for a
+//     dialect that reads it there (retryReader: Gemini's RetryInfo; Vertex AI's capacity 429 a
+//     short backoff); internal/filter marks these buckets only
 //     for a request that carried the operator's own credential.
 //
 // Compressed replies (Content-Encoding gzip, x-gzip, deflate, br, zstd, up to two stacked) are

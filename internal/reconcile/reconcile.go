@@ -132,7 +132,20 @@ type stream struct {
 	// responded is true once the response headers arrived: a stream that ends before them was
 	// aborted before the response started (the client went away, or Envoy gave up).
 	responded bool
+	// retry reads the wait out of a provider 429's body, for a dialect whose 429 says it there
+	// (retryReader); nil once read, or when the headers said it. The body is kept in body (raw),
+	// decoded first when compressed.
+	retry retryReader
 }
+
+// retryReader is a dialect whose provider 429 gives its wait in the body rather than in a
+// retry-after header (internal/provider/gemini: google.rpc.RetryInfo).
+type retryReader interface {
+	RetryAfter(id provider.ID, body []byte) (time.Duration, bool)
+}
+
+// maxErrorBody bounds what is kept of a 429 body to find its wait: Google's are under 2 KiB.
+const maxErrorBody = 64 << 10
 
 // Process handles one HTTP stream's messages. It answers each message at once (unless Envoy runs
 // in observability mode, where nothing is answered) and settles the reservation when the response
@@ -179,7 +192,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				return err
 			}
 		}
-		if st.settled {
+		if st.settled && st.retry == nil {
 			continue
 		}
 		switch {
@@ -208,7 +221,23 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			case st.rep.encoding != "":
 				s.startDecoding(st)
 			}
+			if s.awaitRetry(st, h.GetEndOfStream()) {
+				continue // feedback when the body has said how long to wait
+			}
 			s.feedback(st)
+		case st.retry != nil:
+			// The rest of a 429 whose body says how long to wait; it settled with its headers.
+			if b := req.GetResponseBody(); b != nil {
+				if st.dec != nil {
+					st.dec.write(b.GetBody())
+				} else {
+					st.body.write(b.GetBody())
+				}
+				if !b.GetEndOfStream() {
+					continue
+				}
+			}
+			s.retryFeedback(st)
 		case req.GetResponseBody() != nil:
 			b := req.GetResponseBody()
 			switch {
@@ -226,6 +255,46 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			s.settle(st, u, ok)
 		}
 	}
+}
+
+// awaitRetry reports whether the feedback of a provider 429 waits for its body: the headers
+// gave no wait, and the reservation's dialect reads one from the body. The body is kept whole
+// (up to maxErrorBody), decoded as a usage-bearing reply is when compressed.
+func (s *Server) awaitRetry(st *stream, ended bool) bool {
+	rr, ok := st.body.dialect.(retryReader)
+	if !ok || st.res == nil || st.rep.status != 429 || st.rep.retryAfter > 0 || st.rep.local {
+		return false
+	}
+	st.retry = rr
+	st.body.raw, st.body.limit = true, maxErrorBody
+	if st.rep.encoding != "" && !ended {
+		s.startDecoding(st)
+	}
+	if ended {
+		s.retryFeedback(st)
+	}
+	return true
+}
+
+// retryFeedback applies the feedback of a 429 whose body has arrived: its wait pauses the
+// buckets marked provider_feedback (Vertex AI's capacity 429, which names none, pauses them for
+// the dialect's short backoff); a body that says none is a spending limit, as feedback counts it.
+// A body that cannot be decoded says nothing.
+func (s *Server) retryFeedback(st *stream) {
+	var failed bool
+	if st.dec != nil {
+		failed = st.dec.finish() != nil
+		st.dec = nil
+	}
+	body := st.body.buf // read once the decoder has written all of it
+	if failed || st.undecodable != "" {
+		body = nil
+	}
+	if d, ok := st.retry.RetryAfter(provider.Parse(st.res.Tag), body); ok {
+		st.rep.retryAfter = d
+	}
+	st.retry, st.body.buf = nil, nil
+	s.feedback(st)
 }
 
 // startDecoding sets up the decoding of a compressed reply, or records why it cannot be read.

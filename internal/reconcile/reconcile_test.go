@@ -516,3 +516,56 @@ func TestAbortBeforeTheResponseReleasesTheLease(t *testing.T) {
 		t.Errorf("tokens remaining %d, want 9000: an abort refunds nothing", got)
 	}
 }
+
+// A Gemini 429 says how long to wait in its body (google.rpc.RetryInfo), not in a header: the
+// body is read, across chunks, and pauses the bucket as retry-after does. Vertex AI's capacity
+// 429 names no wait and pauses for the dialect's short backoff; a Gemini 429 that names none
+// (a spending limit) pauses nothing.
+func TestProvider429BodyPauses(t *testing.T) {
+	t.Parallel()
+	retry := `{"error":{"code":429,"message":"Quota exceeded.","status":"RESOURCE_EXHAUSTED","details":[` +
+		`{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"m"}]},` +
+		`{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"12s"}]}}`
+	dsq := `{"error":{"code":429,"message":"Resource exhausted. Please try again later.","status":"RESOURCE_EXHAUSTED"}}`
+	for _, tc := range []struct {
+		name, provider, body string
+		observe              bool
+		want                 int64
+	}{
+		// 12 s at 10000/min is 2000 tokens: the level is 1000 - 2000.
+		{"gemini_retry_info", "gemini", retry, true, -1000},
+		{"gemini_retry_info_answered", "gemini", retry, false, -1000},
+		{"vertex_retry_info", "vertex", retry, true, -1000},
+		// 1 s at 10000/min is 167 tokens.
+		{"vertex_capacity", "vertex", dsq, true, 1000 - 167},
+		// Refunded but the 25% a 4xx keeps: 10000 - 1000 + 750.
+		{"gemini_no_wait", "gemini", dsq, true, 9750},
+		{"openai_reads_no_body", "openai", retry, true, 9750},
+	} {
+		if tc.name == "gemini_retry_info" {
+			// The same body compressed, as Google's front ends send it to a client accepting gzip.
+			t.Run("gemini_gzip", func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				e.provider = "gemini"
+				r := e.reserve(t, true)
+				z := string(compress(t, "gzip", []byte(retry)))
+				e.run(t, r, true, headers(":status", "429", "content-encoding", "gzip"), body(z[:10], false), body(z[10:], true))
+				if got := e.remaining(t, tpm); got != -1000 {
+					t.Errorf("tokens remaining %d, want -1000", got)
+				}
+			})
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.provider = tc.provider
+			r := e.reserve(t, true)
+			half := len(tc.body) / 2
+			e.run(t, r, tc.observe, headers(":status", "429", "content-type", "application/json"), body(tc.body[:half], false), body(tc.body[half:], true))
+			if got := e.remaining(t, tpm); got != tc.want {
+				t.Errorf("tokens remaining %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

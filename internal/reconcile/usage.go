@@ -17,11 +17,16 @@ type parser struct {
 	// events reads an AWS event stream (application/vnd.amazon.eventstream, Bedrock's streams):
 	// each message's payload is one document. nil for other replies.
 	events *eventStream
-	limit  int
-	buf    []byte // JSON: the body so far; SSE: the current unfinished line
-	over   bool   // the body (or a line) went beyond limit: no usage
-	found  bool
-	usage  provider.Usage
+	// raw keeps the body as it comes, within limit, framed as nothing: a provider 429's body,
+	// read for its wait (retryReader).
+	raw bool
+	// array is set once a JSON body turns out to be an array of documents (jsonarray.go).
+	array *arrayFrames
+	limit int
+	buf   []byte // JSON: the body so far; SSE: the current unfinished line
+	over  bool   // the body (or a line) went beyond limit: no usage
+	found bool
+	usage provider.Usage
 }
 
 // write consumes one chunk.
@@ -33,7 +38,23 @@ func (p *parser) write(chunk []byte) {
 		p.events.write(chunk, p.decode)
 		return
 	}
+	if p.raw {
+		p.buf = append(p.buf, chunk[:min(len(chunk), max(p.limit-len(p.buf), 0))]...)
+		return
+	}
 	if !p.sse {
+		if p.array == nil && len(p.buf) == 0 {
+			switch first(chunk) {
+			case 0:
+				return // whitespace before the body's first value
+			case '[':
+				p.array = &arrayFrames{}
+			}
+		}
+		if p.array != nil {
+			p.array.write(chunk, p.limit, p.element)
+			return
+		}
 		if len(p.buf)+len(chunk) > p.limit {
 			p.over, p.buf = true, nil
 			return
@@ -62,12 +83,32 @@ func (p *parser) write(chunk []byte) {
 	}
 }
 
-// line handles one SSE line: only data lines that mention usage are decoded (every dialect
-// reports it under "usage").
+// first is the first byte of b that is not JSON whitespace, 0 when there is none.
+func first(b []byte) byte {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return c
+		}
+	}
+	return 0
+}
+
+// usageKey is what every dialect's usage is reported under: "usage" (OpenAI, Anthropic) or
+// "usageMetadata" (Gemini).
+var usageKey = []byte(`"usage`)
+
+// element handles one document of a streamed JSON array: decoded when it mentions usage.
+func (p *parser) element(doc []byte) {
+	if bytes.Contains(doc, usageKey) {
+		p.decode(doc)
+	}
+}
+
+// line handles one SSE line: only data lines that mention usage are decoded.
 func (p *parser) line(l []byte) {
 	l = bytes.TrimSuffix(l, []byte{'\r'})
 	data, ok := bytes.CutPrefix(l, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+	if !ok || !bytes.Contains(data, usageKey) {
 		return
 	}
 	p.decode(bytes.TrimSpace(data))
@@ -103,7 +144,7 @@ func (p *parser) end() (provider.Usage, bool) {
 		if len(p.buf) > 0 {
 			p.line(p.buf)
 		}
-	} else if len(p.buf) > 0 {
+	} else if p.array == nil && len(p.buf) > 0 {
 		p.decode(p.buf)
 	}
 	p.buf = nil

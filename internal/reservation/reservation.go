@@ -105,7 +105,9 @@ const version, version1 = "r2", "r1"
 // ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
 // bucket, sliding window, daily or monthly quota, concurrency), SLOT the digit of a token bucket's bucket.Spec.Slot (none for 0), then f marks
 // feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
-// every byte outside '!'..'~' and '%' percent-escaped. Floors are not kept: refunds, charges and
+// every byte outside '!'..'~' and '%' percent-escaped. A quota in a time zone (bucket.Spec.Zone)
+// has z and the zone's IANA name, escaped likewise, for its PERIOD_MS ("zAmerica/Los_Angeles"):
+// its settlement must find the same local period. Floors are not kept: refunds, charges and
 // releases ignore them.
 func Encode(r *Reservation) string {
 	return string(Append(make([]byte, 0, 64+48*len(r.Buckets)), r))
@@ -149,8 +151,12 @@ func Append(b []byte, r *Reservation) []byte {
 		if x.Refund {
 			b = append(b, 'u')
 		}
-		for _, v := range [...]int64{s.Limit, s.Period.Milliseconds(), s.Burst, s.Cost} {
+		for j, v := range [...]int64{s.Limit, s.Period.Milliseconds(), s.Burst, s.Cost} {
 			b = append(b, ' ')
+			if j == 1 && s.Algorithm == bucket.Quota && s.Zone != nil {
+				b = escape(append(b, 'z'), s.Zone.String())
+				continue
+			}
 			b = strconv.AppendInt(b, v, 10)
 		}
 		b = append(b, ' ')
@@ -245,6 +251,18 @@ func Decode(s string) (*Reservation, error) {
 		}
 		var v [4]int64
 		for j := range v {
+			if zone, ok := strings.CutPrefix(f[2+j], "z"); ok && j == 1 && x.Spec.Algorithm == bucket.Quota {
+				// LoadLocation reads the zone's rules (tzdata) on each call: a few tens of
+				// microseconds, on the response path of zoned quotas only.
+				name, err := unescape(zone)
+				if err == nil {
+					x.Spec.Zone, err = time.LoadLocation(name)
+				}
+				if err != nil || name == "" {
+					return nil, fmt.Errorf("%w: bucket %d: unknown time zone", ErrMalformed, i)
+				}
+				continue
+			}
 			if v[j], err = strconv.ParseInt(f[2+j], 10, 64); err != nil {
 				return nil, fmt.Errorf("%w: bucket %d: %v", ErrMalformed, i, numErr(err))
 			}

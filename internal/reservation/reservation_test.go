@@ -11,8 +11,15 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 )
 
+// zones compares time zones by name (a *time.Location has unexported fields).
+var zones = cmp.Comparer(func(a, b *time.Location) bool { return a.String() == b.String() })
+
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
+	la, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &Reservation{Tag: "openai", Lease: "0123abcd", Model: "gpt 4o%\x00é", Prompt: 12, Output: 256,
 		Weight: 5, CacheReadsFree: true, CharsCounted: true,
 		Buckets: []Bucket{
@@ -25,13 +32,17 @@ func TestRoundTrip(t *testing.T) {
 			{Kind: KindConcurrency, Spec: bucket.Spec{Name: "", Algorithm: bucket.Concurrency, Limit: 8, Period: 10 * time.Minute, Cost: 1}},
 			{Kind: KindTokens, Feedback: true, Spec: bucket.Spec{Name: "pair", Limit: 1000, Period: time.Minute, Cost: 268, Slot: 1}},
 			{Kind: KindRequests, Spec: bucket.Spec{Name: "pair", Limit: 10, Period: time.Minute, Cost: 1, Slot: bucket.MaxSlots}},
+			{Kind: KindRequests, Spec: bucket.Spec{Name: "rpd", Algorithm: bucket.Quota, Calendar: bucket.Day, Zone: la, Limit: 1500, Cost: 1}},
 		}}
 	s := Encode(r)
+	if !strings.Contains(s, " zAmerica/Los_Angeles ") {
+		t.Errorf("the zone is not in %q", s)
+	}
 	got, err := Decode(s)
 	if err != nil {
 		t.Fatalf("Decode(%q): %v", s, err)
 	}
-	if diff := cmp.Diff(r, got); diff != "" {
+	if diff := cmp.Diff(r, got, zones); diff != "" {
 		t.Errorf("round trip of %q (-want +got):\n%s", s, diff)
 	}
 	none := &Reservation{Tag: "", Weight: 1, Buckets: []Bucket{}}
@@ -56,7 +67,7 @@ func TestDecodeRejects(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "r2 openai - 1 2 m", "r2 openai - 1 2 m 0", "r2 openai - 1 2 m x", "r2 openai - 1 2 m 1001c",
 		"r2 openai - 1 2 m c", "r2 openai - 1 2 m 1 t t 1 1 0 1", "r3 openai - 1 2 m 1", "r1 openai - x 2 m", "r1 openai - 1 2 m t", "r1 openai - 1 2 m x t 1 1 0 1 n",
-		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4",
+		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r2 openai - 1 2 m 1 r d 1 zMars/X 0 1 n", "r2 openai - 1 2 m 1 r t 1 zUTC 0 1 n", "r2 openai - 1 2 m 1 r d 1 z 0 1 n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4",
 		"r1 openai - 1 2 m t t0 1 1 0 1 n", "r1 openai - 1 2 m t t5 1 1 0 1 n", "r1 openai - 1 2 m t s1 1 1 0 1 n", "r1 openai - 1 2 m t t12 1 1 0 1 n"} {
 		if _, err := Decode(s); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%q): %v, want ErrMalformed", s, err)

@@ -400,17 +400,20 @@ func (s *call) unknownAPI(in *Input, size int64, partial bool) {
 
 // pathModel is the model the request's path names (its deployment label), "" when it names
 // none. The path decides, never the body's "model": an Azure deployment's model is the one
-// deployed under it (openai.Settings.DeploymentModel), and Bedrock's is the path's modelId
-// label, URL-encoded by the SDKs (':' as %3A, an ARN's '/' as %2F), so the model is its
-// decoding.
+// deployed under it (openai.Settings.DeploymentModel); Bedrock's is the path's modelId label,
+// URL-encoded by the SDKs (':' as %3A, an ARN's '/' as %2F), and a Gemini or Vertex AI path
+// (models/{model}:generateContent) names the model itself: the model is their decoding.
 func (s *call) pathModel() string {
-	if s.Est.Provider == Bedrock && s.deployment != "" {
-		if u, err := url.PathUnescape(s.deployment); err == nil {
+	d := s.deployment
+	if d == "" || s.Est.Provider == AzureOpenAI {
+		return s.p.rooms.OpenAI.DeploymentModel(d)
+	}
+	if strings.IndexByte(d, '%') >= 0 {
+		if u, err := url.PathUnescape(d); err == nil {
 			return u
 		}
-		return s.deployment
 	}
-	return s.p.rooms.OpenAI.DeploymentModel(s.deployment)
+	return d
 }
 
 // errDecodeLimit reports a body that decodes beyond MaxDecodedBytes.

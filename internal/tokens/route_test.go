@@ -47,3 +47,34 @@ func TestEstimateByHost(t *testing.T) {
 		}
 	}
 }
+
+// TestEstimateGeminiModelFromPath: Gemini and Vertex AI name the model in the path, which
+// decides it whatever the body says, percent-decoded; an unreadable body is bounded by that
+// model's limits.
+func TestEstimateGeminiModelFromPath(t *testing.T) {
+	t.Parallel()
+	p, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-4o","contents":[{"role":"user","parts":[{"text":"Hello there"}]}],"generationConfig":{"maxOutputTokens":20}}`
+	for _, c := range []struct{ host, path, model string }{
+		{"generativelanguage.googleapis.com", "/v1beta/models/gemini-2.0-flash:generateContent", "gemini-2.0-flash"},
+		{"generativelanguage.googleapis.com", "/v1beta/models/gemini%2D2.5-pro:streamGenerateContent?alt=sse", "gemini-2.5-pro"},
+		{"us-central1-aiplatform.googleapis.com", "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash:generateContent", "gemini-2.0-flash"},
+	} {
+		e := p.Estimate(&Input{Host: c.host, Path: c.path, Body: []byte(body)})
+		if e.Model != c.model || e.OutputTokens != 20 || e.Reason != ReasonGeminiEstimate || e.PromptTokens <= 0 {
+			t.Errorf("%s%s: %+v, want model %q, 20 output, gemini_estimate", c.host, c.path, e, c.model)
+		}
+	}
+	e := p.Estimate(&Input{Host: "generativelanguage.googleapis.com", Path: "/v1beta/models/gemini-2.0-flash:generateContent", Body: []byte(`{"contents": [`)})
+	if e.Model != "gemini-2.0-flash" || e.OutputTokens != 8_192 || e.Reason != ReasonNotJSON {
+		t.Errorf("unreadable Gemini body: %+v, want the path's model and its 8,192 output bound", e)
+	}
+	e = p.Estimate(&Input{Host: "aiplatform.googleapis.com", Path: "/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict",
+		Body: []byte(`{"anthropic_version":"vertex-2023-10-16","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`)})
+	if e.Model != "claude-sonnet-4-5@20250929" || !e.Stream || e.OutputTokens != 64 || e.Reason != ReasonAnthropicEstimate {
+		t.Errorf("Claude on Vertex: %+v", e)
+	}
+}

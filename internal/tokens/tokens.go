@@ -90,5 +90,7 @@ const (
 	ReasonDocumentURL         = pricing.ReasonDocumentURL
 	ReasonMCPServers          = pricing.ReasonMCPServers
 	ReasonContainerUpload     = pricing.ReasonContainerUpload
+	ReasonGeminiEstimate      = pricing.ReasonGeminiEstimate
+	ReasonCachedContent       = pricing.ReasonCachedContent
 	ReasonInternal            = pricing.ReasonInternal
 )

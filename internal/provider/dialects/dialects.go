@@ -6,6 +6,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/bedrock"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/gemini"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 )
@@ -20,6 +21,8 @@ func Of(id provider.ID) provider.Dialect {
 		return openai.Dialect{}
 	case provider.Bedrock:
 		return bedrock.Dialect{}
+	case provider.Gemini, provider.Vertex:
+		return gemini.Dialect{}
 	}
 	return openai.Dialect{}
 }
@@ -51,6 +54,8 @@ func Price(r *pricing.Request, root int, set *Settings) {
 		anthropic.Price(r, root, &set.Anthropic, &set.OpenAI)
 	case provider.Bedrock:
 		bedrock.Price(r, root, &set.Anthropic)
+	case provider.Gemini, provider.Vertex:
+		gemini.Price(r, root, &set.Anthropic, &set.OpenAI)
 	default:
 		openai.Price(r, root, &set.OpenAI)
 	}
@@ -59,16 +64,18 @@ func Price(r *pricing.Request, root int, set *Settings) {
 // ModelLimits returns a copy of the rooms' per-model tables, each family's in its order (their
 // globs name no model of another family).
 func ModelLimits() []pricing.ModelLimits {
-	return append(append(openai.Limits(), anthropic.Limits()...), bedrock.Limits()...)
+	return append(append(append(openai.Limits(), anthropic.Limits()...), bedrock.Limits()...), gemini.Limits()...)
 }
 
 // Maxima is the largest context and output of the family of id, for models its table does not
 // know. A provider with no room of its own gets OpenAI's family's. It allocates nothing.
 func Maxima(id provider.ID) pricing.ModelLimits {
-	if id == provider.Anthropic {
+	switch id {
+	case provider.Anthropic:
 		return pricing.ModelLimits{Context: anthropic.MaxContext, Output: anthropic.MaxOutput}
-	}
-	if id == provider.Bedrock {
+	case provider.Gemini, provider.Vertex:
+		return pricing.ModelLimits{Context: gemini.MaxContext, Output: gemini.MaxOutput}
+	case provider.Bedrock:
 		return pricing.ModelLimits{Context: bedrock.MaxContext, Output: bedrock.MaxOutput}
 	}
 	return pricing.ModelLimits{Context: openai.MaxContext, Output: openai.MaxOutput}

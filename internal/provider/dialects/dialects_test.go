@@ -6,6 +6,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/bedrock"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/gemini"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
@@ -16,6 +17,8 @@ func TestOf(t *testing.T) {
 		"azure":     openai.Dialect{},
 		"anthropic": anthropic.Dialect{},
 		"bedrock":   bedrock.Dialect{},
+		"gemini":    gemini.Dialect{},
+		"vertex":    gemini.Dialect{},
 		"unknown":   openai.Dialect{},
 		"vllm":      openai.Dialect{},
 	} {
@@ -23,7 +26,7 @@ func TestOf(t *testing.T) {
 			t.Errorf("Named(%q) = %T, want %T", name, got, want)
 		}
 	}
-	for id := provider.Unknown; id <= provider.Bedrock; id++ {
+	for id := provider.Unknown; id <= provider.Vertex; id++ {
 		if provider.Parse(id.String()) != id {
 			t.Errorf("Parse(%q) is not %v", id.String(), id)
 		}

@@ -20,7 +20,8 @@ func TestImports(t *testing.T) {
 		"../openai":    {"provider", "provider/pricing"},
 		"../anthropic": {"provider", "provider/pricing", "provider/openai"},
 		"../bedrock":   {"provider", "provider/pricing", "provider/anthropic"},
-		".":            {"provider", "provider/pricing", "provider/openai", "provider/anthropic", "provider/bedrock"},
+		"../gemini":    {"provider", "provider/pricing", "provider/openai", "provider/anthropic"},
+		".":            {"provider", "provider/pricing", "provider/openai", "provider/anthropic", "provider/bedrock", "provider/gemini"},
 	} {
 		pkg, err := build.ImportDir(dir, 0)
 		if err != nil {

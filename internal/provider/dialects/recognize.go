@@ -6,6 +6,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/bedrock"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/gemini"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 )
 
@@ -26,6 +27,11 @@ import (
 //     runtime: /model/{modelId}/converse, /converse-stream, /invoke,
 //     /invoke-with-response-stream. The third result is then the path's modelId, as sent
 //     (URL-encoded): the path, not the body, names Bedrock's model.
+//   - generativelanguage.googleapis.com is the Gemini API, and aiplatform.googleapis.com and
+//     {region}-aiplatform.googleapis.com are Vertex AI: models/{model}:generateContent and
+//     :streamGenerateContent, their OpenAI-compatible chat endpoints, and (Vertex) Claude's
+//     publishers/anthropic/models/{model}:rawPredict; the path names the model
+//     (gemini.Route).
 //
 // Any other path on a provider's host (images, audio, files, batches, realtime, models, or a
 // priced API the host does not serve, such as /v1/messages on OpenAI's) is that provider's
@@ -34,8 +40,9 @@ import (
 // policy of the limits file decides it).
 
 // Recognize returns the provider and API of a request to host (the :authority, any case, with
-// or without a port) and path (the query string is ignored), and the model the path names ("" when
-// none): the Azure deployment, or Bedrock's modelId. It allocates nothing and is safe for concurrent use.
+// or without a port) and path (the query string is ignored), and the model the path names,
+// percent-encoded as it is sent ("" when none): the Azure deployment, Bedrock's modelId, or the
+// Gemini or Vertex model. It allocates nothing and is safe for concurrent use.
 func Recognize(host, p string) (prov provider.ID, api provider.API, deployment string) {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
@@ -53,6 +60,11 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 	case bedrock.Host(h) != provider.Unknown:
 		prov = provider.Bedrock
 		api, deployment = bedrock.API(p)
+	case gemini.Host(h) != provider.Unknown:
+		id := gemini.Host(h)
+		if prov, api, deployment = gemini.Route(id, p); prov == provider.Unknown {
+			prov = id // another path of the host: its Unpriced API
+		}
 	default:
 		return pathRoute(p)
 	}
@@ -62,10 +74,15 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 	return prov, api, deployment
 }
 
-// pathRoute is recognition from the path alone, for hosts that are no provider's: the Messages
-// API is Anthropic's, an /openai/ path Azure's (which serves no Messages API), any other
-// OpenAI's.
+// pathRoute is recognition from the path alone, for hosts that are no provider's: a
+// models/{model}:generateContent path is Gemini's (Vertex's under publishers/), a Claude
+// rawPredict path Vertex's, the Messages API Anthropic's, an /openai/ path Azure's (which serves
+// no Messages API), any other OpenAI's.
 func pathRoute(p string) (provider.ID, provider.API, string) {
+	if prov, api, model := gemini.Route(provider.Unknown, p); api == provider.GenerateContent ||
+		api == provider.StreamGenerateContent || (prov == provider.Vertex && api == provider.Messages) {
+		return prov, api, model
+	}
 	azure := openai.AzurePath(p)
 	switch {
 	case anthropic.MessagesPath(p) && azure:

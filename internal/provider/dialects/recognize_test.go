@@ -35,7 +35,16 @@ func TestRecognize(t *testing.T) {
 		{"RES.OPENAI.AZURE.COM:443", "/openai/deployments/e/embeddings", provider.Azure, provider.Embeddings, "e"},
 		{"res.openai.azure.com", "/v1/messages", provider.Azure, provider.Unpriced, ""},
 		{"res.openai.azure.com", "/openai/deployments/img/images/generations", provider.Azure, provider.Unpriced, "img"},
+		{"generativelanguage.googleapis.com", "/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse", provider.Gemini, provider.StreamGenerateContent, "gemini-2.0-flash"},
+		{"generativelanguage.googleapis.com:443", "/v1beta/models/gemini-2.5-pro:generateContent", provider.Gemini, provider.GenerateContent, "gemini-2.5-pro"},
+		{"generativelanguage.googleapis.com", "/v1beta/openai/chat/completions", provider.Gemini, provider.ChatCompletions, ""},
+		{"generativelanguage.googleapis.com", "/v1/chat/completions", provider.Gemini, provider.Unpriced, ""},
+		{"generativelanguage.googleapis.com", "/v1beta/models/gemini-2.0-flash:countTokens", provider.Gemini, provider.Unpriced, ""},
+		{"us-central1-aiplatform.googleapis.com", "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash:generateContent", provider.Vertex, provider.GenerateContent, "gemini-2.0-flash"},
+		{"aiplatform.googleapis.com", "/v1/projects/p/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict", provider.Vertex, provider.Messages, "claude-sonnet-4-5@20250929"},
 		// Unknown hosts keep the path rule.
+		{"", "/v1beta/models/gemini-2.0-flash:generateContent", provider.Gemini, provider.GenerateContent, "gemini-2.0-flash"},
+		{"mock:8080", "/v1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent", provider.Vertex, provider.StreamGenerateContent, "g"},
 		{"", "/v1/chat/completions", provider.OpenAI, provider.ChatCompletions, ""},
 		{"", "/v1/messages", provider.Anthropic, provider.Messages, ""},
 		{"llm.internal", "/v1/messages", provider.Anthropic, provider.Messages, ""},
@@ -66,7 +75,9 @@ func TestRecognize(t *testing.T) {
 
 func FuzzRecognize(f *testing.F) {
 	for _, s := range [][2]string{{"api.anthropic.com", "/v1/chat/completions"}, {"x.openai.azure.com:443", "/openai/deployments/d/responses"},
-		{"[::1]:", "/v1/messages?"}, {"bedrock-runtime.us-east-1.amazonaws.com", "/model/a%3A0/invoke"}, {"API.OPENAI.COM.", "//"}, {":", ""}} {
+		{"[::1]:", "/v1/messages?"}, {"bedrock-runtime.us-east-1.amazonaws.com", "/model/a%3A0/invoke"},
+		{"generativelanguage.googleapis.com", "/v1beta/models/m:generateContent"},
+		{"x-aiplatform.googleapis.com", "/v1/projects/p/locations/l/publishers/anthropic/models/c:rawPredict"}, {"API.OPENAI.COM.", "//"}, {":", ""}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, host, path string) {
@@ -74,11 +85,14 @@ func FuzzRecognize(f *testing.F) {
 		if (prov == provider.Unknown) != (api == provider.UnknownAPI) {
 			t.Fatalf("Recognize(%q, %q) = %v %v: a provider without an API or the reverse", host, path, prov, api)
 		}
-		if dep != "" && (prov != provider.Azure && prov != provider.Bedrock || strings.Contains(dep, "/")) {
+		if dep != "" && (prov != provider.Azure && prov != provider.Bedrock && prov != provider.Gemini && prov != provider.Vertex || strings.Contains(dep, "/")) {
 			t.Fatalf("Recognize(%q, %q): deployment %q for %v", host, path, dep, prov)
 		}
-		if prov == provider.Bedrock && api != provider.Unpriced && (dep == "" || api < provider.Converse) {
+		if prov == provider.Bedrock && api != provider.Unpriced && (dep == "" || api < provider.Converse || api > provider.InvokeModelStream) {
 			t.Fatalf("Recognize(%q, %q) = bedrock %v model %q", host, path, api, dep)
+		}
+		if (prov == provider.Gemini || prov == provider.Vertex) && dep == "" && api != provider.ChatCompletions && api != provider.Unpriced {
+			t.Fatalf("Recognize(%q, %q) = %v %v without the path's model", host, path, prov, api)
 		}
 		if prov == provider.Anthropic && api != provider.Messages && api != provider.ChatCompletions && api != provider.Unpriced {
 			t.Fatalf("Recognize(%q, %q) = anthropic %v", host, path, api)

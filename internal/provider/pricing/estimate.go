@@ -153,6 +153,12 @@ const (
 	// ReasonContainerUpload: an Anthropic container_upload block (a file for code execution);
 	// priced as ReasonPreviousResponse.
 	ReasonContainerUpload Reason = "container_upload"
+	// ReasonGeminiEstimate: Google publishes no tokenizer for Gemini; internal/provider/gemini's
+	// package doc gives the estimator.
+	ReasonGeminiEstimate Reason = "gemini_estimate"
+	// ReasonCachedContent: a Gemini request names a context cache (cachedContent) whose tokens
+	// count as its input; priced as ReasonPreviousResponse.
+	ReasonCachedContent Reason = "cached_content"
 	// ReasonInternal: pricing failed unexpectedly (a bug); the raw body is counted as text.
 	ReasonInternal Reason = "internal"
 )

@@ -252,7 +252,9 @@ func (r *Request) Base64ImageSize(data int) (w, h int, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	return headerSize(decodeB64Prefix(b, r.sc.img))
+	img := decodeB64Prefix(b, r.sc.img)
+	r.sc.img = img[:0] // keep the grown buffer
+	return headerSize(img)
 }
 
 // SatMul is a*b for non-negative counts, saturating at 2^50.
