@@ -186,7 +186,10 @@ func inline(s *pricing.Request, blob int) int64 {
 	data := s.Doc.Get(blob, "data")
 	if !bytes.HasPrefix(mime, []byte("image/")) {
 		s.Approx(pricing.ReasonUnpricedPart)
-		n := int64(len(s.Doc.Raw(data)))
+		var n int64
+		if data >= 0 {
+			n = int64(len(s.Doc.Raw(data)))
+		}
 		return (n + mediaChars - 1) / mediaChars
 	}
 	s.Approx(pricing.ReasonImage)

@@ -350,8 +350,12 @@ func (d *Doc) End(i int) int32 {
 	return d.nodes[i].next
 }
 
-// Raw returns the bytes of value i as they appear in the body.
+// Raw returns the bytes of value i as they appear in the body; nil for i < 0 (a missing field),
+// as every accessor of Doc takes it.
 func (d *Doc) Raw(i int) []byte {
+	if i < 0 {
+		return nil
+	}
 	n := d.nodes[i]
 	if n.kind == String {
 		return d.src[n.start-1 : n.end+1]
