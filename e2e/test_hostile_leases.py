@@ -173,8 +173,10 @@ def _run(control: bool) -> dict:
         out["long_admitted_by_provider"] = len(long)
         out["long_admitted_tokens"] = sum(r["cost"] for r in long)
         out["local_reply"] = _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="local_reply"')
-        details = {e.get("details") for e in sc.access_log(stack) if e.get("status") in (504, "504")}
-        out["timeout_details"] = sorted(str(d) for d in details)
+        # Envoy writes its access log file on its flush interval: wait for the timed-out calls' lines.
+        timed_out = lambda: [e for e in sc.access_log(stack) if e.get("status") in (504, "504")]  # noqa: E731
+        h.wait_until(lambda: len(timed_out()) >= 3, 15, "the 504s in Envoy's access log", stack.procs["envoy"])
+        out["timeout_details"] = sorted({str(e.get("details")) for e in timed_out()})
 
         # Row 11: a client with its own key, exhausted at the provider, then the operator's key.
         settled0 = _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="')
