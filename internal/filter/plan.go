@@ -91,6 +91,9 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	// take no token budget: request limits alone count them.
 	requestsOnly := est.API == provider.Unpriced ||
 		(est.Provider == provider.Unknown && cfg.Unknown == config.UnknownRequestsOnly)
+	if requestsOnly {
+		pl.cost = costs{provider.Requests: 1} // and its metadata says it took no token
+	}
 	pl.enforced.Tag = prov
 	pl.shadow.Tag = prov
 	name := func(rule *config.Rule, kind byte, window uint8) string {

@@ -63,6 +63,10 @@ func TestUnknownPolicy(t *testing.T) {
 		if md["provider"].GetStringValue() != "unknown" || md["estimate_reason"].GetStringValue() != "unknown_api" {
 			t.Errorf("%s: metadata %v", tc.policy, md)
 		}
+		// The metadata's cost is what the token buckets took: none under requests_only.
+		if c := md["cost"].GetNumberValue(); (tc.policy == "requests_only") != (c == 0) {
+			t.Errorf("%s: metadata cost %v", tc.policy, c)
+		}
 		if tc.kinds != "" {
 			if k := kinds(t, resp); k != tc.kinds {
 				t.Errorf("%s: buckets %q, want %q", tc.policy, k, tc.kinds)
