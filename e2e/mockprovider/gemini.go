@@ -121,7 +121,8 @@ func (g *Gemini) Clock(now time.Time) time.Time {
 	return now.Add(g.offset)
 }
 
-// Admit counts a request of input tokens to model at the mock's time now, or refuses it.
+// Admit counts a request of input tokens to model (the limits' key: one set per model) at the
+// mock's time now, or refuses it.
 func (g *Gemini) Admit(model string, input int64, now time.Time) geminiVerdict {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -250,7 +251,7 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, model, method st
 		return
 	}
 	rec.Prompt, rec.Cost, rec.Input, rec.CacheRead = in, in, in, cached
-	v := g.Admit(model, in, now)
+	v := g.Admit(provider+"/"+model, in, now) // the Gemini API and Vertex AI keep apart limits
 	if !v.ok {
 		rec.Status, rec.Which, rec.TooLarge, rec.WaitMS, rec.End = http.StatusTooManyRequests, v.which, v.never, v.wait.Milliseconds(), unix(s.Now())
 		s.Recorder.Add(rec)
