@@ -51,24 +51,23 @@ MOCK = ["-gemini-tpm", str(TPM), "-gemini-rpm", str(RPM), "-latency", "200ms", "
 PACIFIC = ZoneInfo("America/Los_Angeles")
 
 
-def _rules(day_limit: int | None = None, provider: str = "gemini") -> str:
+def _rules(day_limit: int | None = None, provider: str = "gemini", dimension: str = "input_tokens") -> str:
     requests = f"{{limit: {int(RPM * sc.MARGIN)}, period: minute}}"
     if day_limit is not None:
         requests = f"[{requests}, {{limit: {day_limit}, period: day, algorithm: quota, timezone: America/Los_Angeles}}]"
     return f"""  - name: {provider}-per-model
     match: {{provider: {provider}}}
     per: [model]
-    input_tokens: {{limit: {int(TPM * sc.MARGIN)}, period: minute}}
+    {dimension}: {{limit: {int(TPM * sc.MARGIN)}, period: minute}}
     requests: {requests}
     refund: true
 """
 
 
-@pytest.fixture(scope="module")
-def load(tmp_path_factory):
-    """Three google-genai processes far above the mock's input TPM."""
-    workdir = tmp_path_factory.mktemp("gemini")
-    stack = h.Stack("gemini-load", workdir / "gemini-load", sc.limits_yaml(_rules()), MOCK)
+def _load(workdir, name: str, dimension: str) -> dict:
+    """Three google-genai processes far above the mock's input TPM, the limiter's rule on
+    dimension."""
+    stack = h.Stack(name, workdir / name, sc.limits_yaml(_rules(dimension=dimension)), MOCK)
     try:
         stack.up()
         start_at = time.time() + 8
@@ -120,12 +119,19 @@ def load(tmp_path_factory):
         # provider's count of its input, over the allowance of the load's span.
         "demand_x": round(calls * per_call / max(allowance, 1), 2),
     }
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("gemini")
+    out = {"input": _load(workdir, "gemini-input", "input_tokens"), "tokens": _load(workdir, "gemini-tokens", "tokens")}
     rpt.write_json("gemini", out)
     return out
 
 
-def test_gemini_tpm_counts_input_and_the_limiter_keeps_under_it(load):
-    d = load
+def test_gemini_tpm_counts_input_and_the_limiter_keeps_under_it(runs):
+    d = runs["input"]
     assert d["client_errors"] == 0, d
     assert d["limiter_priced"] == ["gemini"], d
     assert d["failed_open"] == 0, d
@@ -138,6 +144,17 @@ def test_gemini_tpm_counts_input_and_the_limiter_keeps_under_it(load):
     assert d["output_tokens"] > 0, d
     # And it was used: the limiter's estimate (x1.25) settled to usageMetadata.promptTokenCount.
     assert d["used"] >= 0.95, d
+
+
+def test_a_tokens_rule_counts_the_output_gemini_does_not(runs):
+    """The control: the same budget on tokens (input plus output, settled to the usage) counts
+    the 40 output tokens of each answer, which Gemini's TPM does not, and leaves part of the
+    provider's allowance unused; it is no less safe."""
+    c = runs["tokens"]
+    assert c["client_errors"] == 0 and c["demand_x"] >= 3, c
+    assert c["provider_429"] == 0, c
+    assert c["used"] < 0.95, c
+    assert c["used"] < runs["input"]["used"] - 0.03, (c, runs["input"])
 
 
 def _next_pacific_midnight(at: float) -> float:
