@@ -245,3 +245,44 @@ def test_vertex_ai_and_the_json_array_stream(tmp_path):
             ("vertex", "allowed"), ("vertex", "allowed"), ("vertex", "too_large"), ("gemini", "allowed")], log
     finally:
         stack.down()
+
+
+def test_the_mocks_day_ends_at_its_pacific_midnight(tmp_path):
+    """The mock's own requests per day, through Envoy, on its quota clock set six seconds before
+    Pacific midnight (POST /gemini/clock): its Google-shaped 429 reaches the SDK intact, with a
+    RetryInfo until that midnight, and the SDK's retries get through once it has passed, not
+    before. The limiter has no daily rule here: this is the provider's refusal."""
+    import geminiload
+    from google.genai import errors
+
+    stack = h.Stack("gemini-mock-day", tmp_path / "gemini-mock-day", sc.limits_yaml(_rules()), MOCK + ["-gemini-rpd", "2"])
+    try:
+        stack.up()
+        c = geminiload.client(stack.proxy, attempts=1)
+        code, body = h.http_post(stack.mock_url + "/gemini/clock", json.dumps({"now": "2026-03-07T23:59:54-08:00"}).encode())
+        set_at = time.time()
+        assert code == 200 and json.loads(body)["now"].startswith("2026-03-07T23:59:54"), body
+        midnight = set_at + 6  # the mock's Pacific midnight, on this machine's clock
+        for i in range(2):
+            assert geminiload.generate(c, MODEL, 50, f"call {i}")[0] > 0
+        with pytest.raises(errors.ClientError) as e:
+            geminiload.generate(c, MODEL, 50, "over the day")
+        err = e.value
+        assert err.code == 429 and err.status == "RESOURCE_EXHAUSTED", err.details
+        details = {d["@type"]: d for d in err.details["error"]["details"]}
+        assert details["type.googleapis.com/google.rpc.QuotaFailure"]["violations"][0]["quotaId"] == \
+            "GenerateRequestsPerDayPerProjectPerModel-FreeTier", details
+        assert details["type.googleapis.com/google.rpc.RetryInfo"]["retryDelay"] in ("5s", "6s"), details
+        # The SDK's own backoff (HttpRetryOptions) gets through after the mock's midnight.
+        retrying = geminiload.client(stack.proxy, attempts=8, max_delay=2)
+        assert geminiload.stream(retrying, MODEL, 50, "after midnight")[0] > 0
+        done = time.time()
+        assert done >= midnight - 0.5, (done, midnight)
+        recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "gemini"]
+        statuses = [r["status"] for r in recs]
+        assert statuses[:3] == [200, 200, 429] and statuses[-1] == 200 and set(statuses[3:-1]) <= {429}, statuses
+        # Refused before its midnight, admitted after it.
+        assert all(r["t"] < midnight + 0.5 for r in recs if r["status"] == 429), (recs, midnight)
+        assert recs[-1]["t"] >= midnight - 0.5, (recs[-1], midnight)
+    finally:
+        stack.down()
