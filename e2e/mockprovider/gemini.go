@@ -47,7 +47,7 @@ import (
 //     {"retryDelay": "17s"}, "Please retry in Xs." in the message (the Gemini API's own 429s,
 //     google-gemini/gemini-cli#8437 and continuedev/continue#9745; the status mapping of
 //     https://cloud.google.com/apis/design/errors); no rate-limit headers, none being
-//     documented.
+//     documented. Vertex AI answers its own 429, without details (below).
 //
 // Gemini's tokenizer is not public. The mock counts as its other providers without a public
 // tokenizer do (Anthropic, Bedrock: cl100k_base times a factor, price.go): cl100k_base tokens
@@ -255,6 +255,15 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, model, method st
 	if !v.ok {
 		rec.Status, rec.Which, rec.TooLarge, rec.WaitMS, rec.End = http.StatusTooManyRequests, v.which, v.never, v.wait.Milliseconds(), unix(s.Now())
 		s.Recorder.Add(rec)
+		if provider == "vertex" {
+			// Vertex AI's Gemini models share a dynamic pool: its 429 names no quota and no
+			// wait ("Resource exhausted, please try again later",
+			// https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429; the body as
+			// recorded in google-gemini/gemini-cli#14811).
+			geminiError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+				"Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.")
+			return
+		}
 		q := geminiQuotas[v.which]
 		details := []any{map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []any{map[string]any{
 			"quotaMetric": q[0], "quotaId": q[1], "quotaDimensions": map[string]string{"location": "global", "model": model}}}}}

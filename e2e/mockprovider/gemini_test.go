@@ -154,10 +154,18 @@ func TestGeminiTPMCountsInputOnly(t *testing.T) {
 	if resp, b := geminiPost(t, ts.URL, "generativelanguage.googleapis.com", "/v1beta/models/gemini-2.5-pro:generateContent", prompt("hello world", 1)); resp.StatusCode != 200 {
 		t.Fatalf("another model: %d %s", resp.StatusCode, b)
 	}
-	// Vertex AI's limits are not the Gemini API's, for the same model.
-	if resp, b := geminiPost(t, ts.URL, "us-central1-aiplatform.googleapis.com",
-		"/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", prompt("hello world", 1)); resp.StatusCode != 200 {
-		t.Fatalf("vertex: %d %s", resp.StatusCode, b)
+	// Vertex AI's limits are not the Gemini API's, for the same model; its 429 names no quota.
+	vertex := "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent"
+	for i := range 2 {
+		if resp, b := geminiPost(t, ts.URL, "us-central1-aiplatform.googleapis.com", vertex, prompt("hello world", 1)); resp.StatusCode != 200 {
+			t.Fatalf("vertex %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	resp, b = geminiPost(t, ts.URL, "us-central1-aiplatform.googleapis.com", vertex, prompt("hello world", 1))
+	var st geminiStatus
+	if resp.StatusCode != 429 || json.Unmarshal(b, &st) != nil || st.Error.Status != "RESOURCE_EXHAUSTED" || len(st.Error.Details) != 0 ||
+		!strings.HasPrefix(st.Error.Message, "Resource exhausted. Please try again later.") {
+		t.Errorf("vertex 429: %d %s", resp.StatusCode, b)
 	}
 	clk.Advance(30 * time.Second)
 	if resp, b := geminiPost(t, ts.URL, "generativelanguage.googleapis.com", geminiPath, prompt("hello world", 1)); resp.StatusCode != 200 {
