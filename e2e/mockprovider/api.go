@@ -62,7 +62,10 @@ type Server struct {
 	Azure *Azure
 	// Bedrock is the Amazon Bedrock runtime's accounting (bedrock.go), for requests to its hosts.
 	Bedrock *Bedrock
-	Now     func() time.Time
+	// Gemini is the Gemini API's and Vertex AI's accounting (gemini.go), for requests to their
+	// hosts.
+	Gemini *Gemini
+	Now    func() time.Time
 
 	seq atomic.Int64
 	// stored holds each Responses answer's context (its input and output tokens) by id: a
@@ -104,6 +107,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.models(s.compressed(w, r), r)
 	case r.Method == http.MethodPost && bedrockHost(r.Host) && s.Bedrock != nil:
 		s.bedrock(w, r)
+	case r.URL.Path == "/gemini/clock" && s.Gemini != nil:
+		s.geminiClock(w, r)
+	case r.Method == http.MethodPost && geminiHost(r.Host) && s.Gemini != nil:
+		model, method, ok := geminiCall(r.URL.EscapedPath())
+		if !ok {
+			geminiError(w, http.StatusNotFound, "NOT_FOUND", fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))
+			return
+		}
+		s.gemini(w, r, model, method)
 	case r.Method == http.MethodPost:
 		if _, api := APIOnHost(r.Host, r.URL.Path); api != "" {
 			cw := s.compressed(w, r)

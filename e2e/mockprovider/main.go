@@ -13,7 +13,10 @@
 // /v1/chat/completions (its OpenAI-compatible endpoint, under Anthropic's limits), Azure OpenAI's
 // /openai/deployments/{deployment}/{chat/completions,completions,embeddings} (under Azure's
 // accounting: -azure-tpm, -azure-rpm, -azure-rpm-window; azure.go), and on the Amazon Bedrock
-// runtime's hosts /model/{modelId}/converse and /invoke-with-response-stream; GET /v1/models,
+// runtime's hosts /model/{modelId}/converse and /invoke-with-response-stream, on the Gemini API's
+// and Vertex AI's hosts models/{model}:generateContent and :streamGenerateContent (under Google's
+// accounting: -gemini-tpm, -gemini-rpm, -gemini-rpd; gemini.go) and GET and POST /gemini/clock
+// (the clock of its requests per day); GET /v1/models,
 // /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
 // as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
@@ -35,6 +38,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // America/Los_Angeles for Gemini's requests per day, in any image
 )
 
 func main() {
@@ -60,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tlsAddr := fs.String("tls-addr", "", "HTTPS listen address (empty: none); needs -tls-dir")
 	tlsDir := fs.String("tls-dir", "", "directory holding (or receiving) ca.pem and ca.key of a private CA that signs the HTTPS certificate")
 	tlsCAOut := fs.String("tls-ca-out", "", "also write the CA certificate (public part only) to this file, for clients to trust")
-	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com,your-resource-name.openai.azure.com,bedrock-runtime.us-east-1.amazonaws.com", "comma-separated DNS names of the HTTPS certificate (envoy/envoy.yaml's upstreams)")
+	tlsHosts := fs.String("tls-hosts", "api.openai.com,api.anthropic.com,your-resource-name.openai.azure.com,bedrock-runtime.us-east-1.amazonaws.com,generativelanguage.googleapis.com,us-central1-aiplatform.googleapis.com", "comma-separated DNS names of the HTTPS certificate (envoy/envoy.yaml's upstreams)")
 	modeName := fs.String("mode", string(TokenBucket), "limit enforcement: token_bucket or rolling_window")
 	period := fs.Duration("period", time.Minute, "the limits' period (the window of rolling_window)")
 	openaiTPM := fs.Int64("openai-tpm", 60000, "OpenAI tokens per period per model (0: unlimited)")
@@ -71,6 +75,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	anthropicOTPM := fs.Int64("anthropic-otpm", 0, "Anthropic output tokens per period per model (see -anthropic-itpm)")
 	cacheMin := fs.Int64("anthropic-cache-min", 1024, "shortest cacheable prompt prefix in tokens")
 	cacheTTL := fs.Duration("anthropic-cache-ttl", 5*time.Minute, "life of a cached prefix, refreshed on each read")
+	geminiTPM := fs.Int64("gemini-tpm", 0, "Gemini API / Vertex AI input tokens per period per model (0: unlimited)")
+	geminiRPM := fs.Int64("gemini-rpm", 0, "Gemini API / Vertex AI requests per period per model (0: unlimited)")
+	geminiRPD := fs.Int64("gemini-rpd", 0, "Gemini API / Vertex AI requests per Pacific day per model (0: unlimited)")
+	geminiFactor := fs.Float64("gemini-factor", 1, "Gemini prompt tokens per cl100k_base token")
+	geminiCached := fs.Int64("gemini-cached-tokens", 1024, "input tokens a Gemini request's cachedContent brings")
+	geminiClock := fs.String("gemini-clock", "", "RFC 3339 time the Gemini quota clock reads at start (empty: the mock's clock); POST /gemini/clock moves it later")
 	bedrockTPM := fs.Int64("bedrock-tpm", 0, "Amazon Bedrock runtime tokens per period per model id, counted with its output burndown (0: unlimited)")
 	spendCap := fs.Int64("anthropic-spend-cap", 0, "with Anthropic's accounting: refuse every request once this many tokens were admitted, with a 429 without retry-after (0: no cap)")
 	azureTPM := fs.Int64("azure-tpm", 0, "Azure OpenAI tokens per minute per deployment, a count of the requests' estimates reset each minute (0: unlimited)")
@@ -111,6 +121,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *azureTPM < 0 || *azureRPM < 0 {
 		return errors.New("-azure-tpm and -azure-rpm must not be negative")
+	}
+	if *geminiTPM < 0 || *geminiRPM < 0 || *geminiRPD < 0 || *geminiCached < 0 {
+		return errors.New("-gemini-tpm, -gemini-rpm, -gemini-rpd and -gemini-cached-tokens must not be negative")
+	}
+	pacific, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		return fmt.Errorf("gemini: %w", err)
+	}
+	gemini := &Gemini{TPM: *geminiTPM, RPM: *geminiRPM, RPD: *geminiRPD, Period: *period, Factor: *geminiFactor,
+		CachedTokens: *geminiCached, Zone: pacific}
+	if *geminiClock != "" {
+		at, err := time.Parse(time.RFC3339, *geminiClock)
+		if err != nil {
+			return fmt.Errorf("-gemini-clock: %w", err)
+		}
+		gemini.SetClock(at, time.Now())
 	}
 	if *tlsAddr != "" && *tlsDir == "" {
 		return errors.New("-tls-addr needs -tls-dir")
@@ -164,6 +190,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),
 		ErrorLatency:     *errorLatency,
 		Bedrock:          &Bedrock{TPM: *bedrockTPM, Period: *period},
+		Gemini:           gemini,
 		Now:              time.Now,
 	}
 
