@@ -133,5 +133,5 @@ rules:
 	t.Logf("checks without reloads: %d, p50 %v, p99 %v", len(quiet), p(quiet, 0.5), p(quiet, 0.99))
 	t.Logf("checks during reloads:  %d, p50 %v, p99 %v, max %v", len(during), p(during, 0.5), p(during, 0.99), p(during, 1))
 	// The durations are logged, not gated: on a shared machine under the race detector an
-	// absolute bound measures the machine (docs/performance.md has the figures and the command).
+	// absolute bound measures the machine (go test -v -run TestPlansReloadUnderLoad prints them).
 }
