@@ -150,8 +150,12 @@ func builtinUnder(h string) provider.ID {
 	if !wild {
 		return dialects.Builtin(h)
 	}
-	if id := dialects.Builtin("x" + suffix); id != provider.Unknown {
-		return id
+	// The first labels of the built-in hosts, under the wildcard's suffix: *.eu-west-1.amazonaws.com
+	// covers bedrock-runtime.eu-west-1.amazonaws.com.
+	for _, label := range [...]string{"x", "api", "bedrock-runtime", "bedrock-runtime-fips", "generativelanguage", "aiplatform", "us-central1-aiplatform"} {
+		if id := dialects.Builtin(label + suffix); id != provider.Unknown {
+			return id
+		}
 	}
 	for _, b := range builtinSamples {
 		if strings.HasSuffix(b, suffix) {

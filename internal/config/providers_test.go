@@ -68,7 +68,7 @@ func TestProvidersReportEveryProblem(t *testing.T) {
 	_, err := Parse([]byte(`
 providers:
   - {name: OpenAI-2, hosts: [], dialect: gemini, encoding: p50k_base}
-  - {name: openai, hosts: [api.openai.com, x.openai.azure.com, "*.googleapis.com", "*.amazonaws.com"], dialect: openai}
+  - {name: openai, hosts: [api.openai.com, x.openai.azure.com, "*.googleapis.com", "*.amazonaws.com", "*.eu-west-1.amazonaws.com", "*.anthropic.com"], dialect: openai}
   - {name: mistral, hosts: ["api.mistral.ai:443", "*.com", "a.*.example.com", "bad_host!", "..x", api.mistral.ai], dialect: openai, encoding: cl100k_base, estimate: 1.2}
   - {name: mistral, hosts: [API.mistral.ai, api.mistral.ai], estimate: 11, ratio: 2}
   - {name: unknown, hosts: ["*.anthropic.com"], dialect: anthropic}
@@ -93,6 +93,8 @@ rules:
 		`providers[1].hosts[1]: "x.openai.azure.com" is (or covers) a host of the built-in provider azure`,
 		`providers[1].hosts[2]: "*.googleapis.com" is (or covers) a host of the built-in provider gemini`,
 		`providers[1].hosts[3]: "*.amazonaws.com" is (or covers) a host of the built-in provider bedrock`,
+		`providers[1].hosts[4]: "*.eu-west-1.amazonaws.com" is (or covers) a host of the built-in provider bedrock`,
+		`providers[1].hosts[5]: "*.anthropic.com" is (or covers) a host of the built-in provider anthropic`,
 		`providers[2].estimate: give encoding or estimate, not both`,
 		`providers[2].hosts[0]: "api.mistral.ai:443" has a port: name the host alone (ports are ignored)`,
 		`providers[2].hosts[1]: "*.com" is too wide: a wildcard needs a name of two labels under it (*.example.com)`,
@@ -116,7 +118,7 @@ rules:
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(err.Error(), "bad: 29 problem(s)") {
+	if !strings.Contains(err.Error(), "bad: 31 problem(s)") {
 		t.Errorf("message: %v", err)
 	}
 }

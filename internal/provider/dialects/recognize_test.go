@@ -187,3 +187,10 @@ func BenchmarkRecognize(b *testing.B) {
 		Recognize("api.anthropic.com:443", "/v1/chat/completions")
 	}
 }
+
+func BenchmarkRecognizeOtherHost(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		Recognize("api.mistral.ai:443", "/v1/chat/completions")
+	}
+}
