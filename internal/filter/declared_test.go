@@ -2,10 +2,16 @@ package filter
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 )
@@ -129,5 +135,33 @@ func TestDeclaredProvidersReload(t *testing.T) {
 		if got := provider(); got != step.want {
 			t.Errorf("after a reload to %q: provider %q, want %q", step.file, got, step.want)
 		}
+	}
+}
+
+// The metrics and the decision log name a declared provider by its name.
+func TestDeclaredProviderLabels(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.DebugLevel)
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, declaredLimits, Options{Logger: zap.New(core), Metrics: NewMetrics(reg)})
+	e.answer(t, context.Background(), hostRequest("api.mistral.ai", "/v1/chat/completions",
+		`{"model":"mistral-small-latest","max_tokens":10,"messages":[{"role":"user","content":"Hi"}]}`))
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var decisions string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, "llm_ratelimit_decisions_total{") {
+			decisions += l + "\n"
+		}
+	}
+	if !strings.Contains(decisions, `provider="mistral"`) || strings.Contains(decisions, `provider="openai"`) {
+		t.Errorf("decision metrics:\n%s", decisions)
+	}
+	found := false
+	for _, l := range logs.FilterMessage("decision").All() {
+		found = found || l.ContextMap()["provider"] == "mistral"
+	}
+	if !found {
+		t.Errorf("no decision logged for provider mistral: %v", logs.All())
 	}
 }
