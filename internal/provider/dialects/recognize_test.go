@@ -158,10 +158,23 @@ func FuzzRecognize(f *testing.F) {
 	for _, s := range [][2]string{{"api.anthropic.com", "/v1/chat/completions"}, {"x.openai.azure.com:443", "/openai/deployments/d/responses"},
 		{"[::1]:", "/v1/messages?"}, {"bedrock-runtime.us-east-1.amazonaws.com", "/model/a%3A0/invoke"},
 		{"generativelanguage.googleapis.com", "/v1beta/models/m:generateContent"},
-		{"x-aiplatform.googleapis.com", "/v1/projects/p/locations/l/publishers/anthropic/models/c:rawPredict"}, {"API.OPENAI.COM.", "//"}, {":", ""}} {
+		{"x-aiplatform.googleapis.com", "/v1/projects/p/locations/l/publishers/anthropic/models/c:rawPredict"}, {"API.OPENAI.COM.", "//"}, {":", ""},
+		{"Api.Mistral.AI:443", "/v1/files"}, {"gpu.internal.", "/v1/messages"}} {
 		f.Add(s[0], s[1])
 	}
+	var hosts provider.Hosts
+	hosts.Add("api.mistral.ai", &provider.Declared{Name: "mistral", Family: provider.OpenAI})
+	hosts.Add("*.internal", &provider.Declared{Name: "kimi", Family: provider.Anthropic})
 	f.Fuzz(func(t *testing.T, host, path string) {
+		// A declared host is its provider's, in its family, with an API; any other answers as
+		// Recognize does.
+		if p, a, d, decl := RecognizeIn(&hosts, host, path); decl != nil {
+			if p != decl.Family || a == provider.UnknownAPI || d != "" {
+				t.Fatalf("RecognizeIn(%q, %q) = %v %v %q for %s", host, path, p, a, d, decl.Name)
+			}
+		} else if p2, a2, d2 := Recognize(host, path); p != p2 || a != a2 || d != d2 {
+			t.Fatalf("RecognizeIn(%q, %q) = %v %v %q, Recognize %v %v %q", host, path, p, a, d, p2, a2, d2)
+		}
 		prov, api, dep := Recognize(host, path)
 		if (prov == provider.Unknown) != (api == provider.UnknownAPI) {
 			t.Fatalf("Recognize(%q, %q) = %v %v: a provider without an API or the reverse", host, path, prov, api)
