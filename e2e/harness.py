@@ -237,6 +237,15 @@ def disable_ext_authz_on_routes(cfg: dict, vhost: str) -> dict:
     return cfg
 
 
+def add_virtual_hosts(cfg: dict, vhosts: list[dict]) -> dict:
+    """A test's own virtual hosts before the shipped ones, whose filters (ext_authz, ext_proc)
+    apply to them as to every route of the listener."""
+    cfg = copy.deepcopy(cfg)
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["route_config"]["virtual_hosts"] = copy.deepcopy(vhosts) + hcm["route_config"]["virtual_hosts"]
+    return cfg
+
+
 def load_shipped() -> dict:
     return yaml.safe_load(SHIPPED_ENVOY.read_text())
 
@@ -261,6 +270,9 @@ class Stack:
     control: bool = False
     # More ext-authz serve flags, after the harness's own (a later flag wins).
     replica_args: list[str] = field(default_factory=list)
+    # Envoy virtual hosts added to the derived config (routed to the derived clusters, so to the
+    # mock): a test's own hosts, such as a provider its limits file declares.
+    extra_vhosts: list[dict] = field(default_factory=list)
     procs: dict[str, Proc] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
 
@@ -311,6 +323,8 @@ class Stack:
                                   upstream=("127.0.0.1", p["mock"]), authz=authz)
         if self.control:
             cfg = disable_ext_authz_on_routes(cfg, "openai")
+        if self.extra_vhosts:
+            cfg = add_virtual_hosts(cfg, self.extra_vhosts)
         (self.dir / "envoy.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.procs["envoy"] = start("envoy", [envoy_binary(), "-c", str(self.dir / "envoy.yaml"),
                                               "--disable-hot-restart", "--log-level", "warn",

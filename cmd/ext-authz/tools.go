@@ -175,7 +175,11 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	took := time.Since(start)
 	e := x.Estimate
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "provider\t%s\napi\t%s\nmodel\t%q\n", e.Provider, e.API, e.Model)
+	prov := e.ProviderName()
+	if e.Name != "" {
+		prov += " (" + e.Provider.String() + " dialect)"
+	}
+	fmt.Fprintf(tw, "provider\t%s\napi\t%s\nmodel\t%q\n", prov, e.API, e.Model)
 	fmt.Fprintf(tw, "prompt tokens\t%d\noutput tokens\t%d\ncost\t%d\n", e.PromptTokens, e.OutputTokens, e.Cost())
 	exact := "exact"
 	if !e.Exact {

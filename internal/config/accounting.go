@@ -59,14 +59,14 @@ func (c *Config) Apply(p *provider.Profile, providerName, model string) {
 const builtinProviders = "openai, azure, anthropic, bedrock, gemini, vertex"
 
 // compileAccounting validates accounting[i].
-func compileAccounting(s *AccountingSpec, key string) (Accounting, []error) {
+func compileAccounting(s *AccountingSpec, key string, c *Config) (Accounting, []error) {
 	var errs []error
 	bad := func(k, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.%s: %s", key, k, fmt.Sprintf(format, args...)))
 	}
 	a := Accounting{Provider: s.Provider, Model: NewGlob(s.Model)}
-	if provider.Parse(s.Provider) == provider.Unknown {
-		bad("provider", "%q is not one of %s", s.Provider, builtinProviders)
+	if !c.IsProvider(s.Provider) {
+		bad("provider", "%q is not one of %s", s.Provider, c.providerNames())
 	}
 	switch s.Counting {
 	case "":

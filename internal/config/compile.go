@@ -64,11 +64,18 @@ type Config struct {
 	PlansFile string
 	// UsesPlans: some rule has limits_from: plan.
 	UsesPlans bool
+	// Hosts finds the provider the file declares (providers) for a request's host; never nil
+	// once compiled (it may hold no host).
+	Hosts *provider.Hosts
 
 	// assigned maps a tenant to its plan: tenant_plans.table and tenant_plans.file.
 	assigned map[string]*Plan
 	// keySalt is the secret of KeyTenant (tenant.source: api_key).
 	keySalt []byte
+	// declared are the providers the file declares, by name; declaredNames their names in file
+	// order, for messages.
+	declared      map[string]*provider.Declared
+	declaredNames []string
 }
 
 // UnknownPolicy is what a request that is no known provider's API gets (unknown).
@@ -165,6 +172,8 @@ var scopeNames = map[string]Scope{"provider": PerProvider, "model": PerModel, "t
 type Rule struct {
 	Name     string
 	Provider Glob
+	// Host matches the request's host name, lower case, without port and final dot.
+	Host     Glob
 	Model    Glob
 	Path     Glob
 	Tenant   Glob
@@ -381,15 +390,16 @@ func (f *File) compile(dir string) (*Config, error) {
 
 	own := compileCredentials(&f.Credentials, bad)
 	c.Own = own
+	f.compileProviders(c, bad)
 	for i := range f.Accounting {
-		a, aerrs := compileAccounting(&f.Accounting[i], fmt.Sprintf("accounting[%d]", i))
+		a, aerrs := compileAccounting(&f.Accounting[i], fmt.Sprintf("accounting[%d]", i), c)
 		errs = append(errs, aerrs...)
 		c.Accounting = append(c.Accounting, a)
 	}
 	seen := map[string]int{}
 	for i := range f.Rules {
 		key := fmt.Sprintf("rules[%d]", i)
-		r, err := compileRule(&f.Rules[i], key, c.Classes)
+		r, err := compileRule(&f.Rules[i], key, c)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -427,9 +437,10 @@ func (f *File) compile(dir string) (*Config, error) {
 	return c, nil
 }
 
-// compileRule validates one rule; key is its path for messages. classes, when not nil, are the
-// known priority classes.
-func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, error) {
+// compileRule validates one rule; key is its path for messages. c holds the priority classes
+// and the providers compiled before the rules.
+func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
+	classes := c.Classes
 	var errs []error
 	bad := func(k, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.%s: %s", key, k, fmt.Sprintf(format, args...)))
@@ -442,6 +453,7 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 	out := &Rule{
 		Name:     r.Name,
 		Provider: NewGlob(r.Match.Provider),
+		Host:     NewGlob(strings.ToLower(r.Match.Host)),
 		Model:    NewGlob(r.Match.Model),
 		Path:     NewGlob(r.Match.Path),
 		Tenant:   NewGlob(r.Match.Tenant),
@@ -454,9 +466,12 @@ func compileRule(r *RuleSpec, key string, classes map[string]float64) (*Rule, er
 	switch r.Match.Provider {
 	case "", "*":
 	default:
-		if provider.Parse(r.Match.Provider) == provider.Unknown && !strings.ContainsAny(r.Match.Provider, "*?") {
-			bad("match.provider", "%q is not one of %s", r.Match.Provider, builtinProviders)
+		if !c.IsProvider(r.Match.Provider) && !strings.ContainsAny(r.Match.Provider, "*?") {
+			bad("match.provider", "%q is not one of %s", r.Match.Provider, c.providerNames())
 		}
+	}
+	if strings.Contains(r.Match.Host, ":") {
+		bad("match.host", "%q has a port: hosts are matched without theirs", r.Match.Host)
 	}
 	if p := r.Match.Priority; p != "" && classes != nil && !strings.ContainsAny(p, "*?") {
 		if _, ok := classes[p]; !ok {

@@ -50,6 +50,10 @@ type File struct {
 	// Accounting overrides the providers' built-in accounting profiles (how each counts a
 	// request) per provider and model glob; the first matching entry applies.
 	Accounting []AccountingSpec `yaml:"accounting"`
+	// Providers declares more providers by host, each speaking a built-in family's dialect
+	// (OpenAI- and Anthropic-compatible APIs): their requests are theirs in rules, buckets,
+	// metrics and logs.
+	Providers []ProviderSpec `yaml:"providers"`
 	// Unknown is what a request that is no known provider's API gets: allow (the rules that
 	// match it decide, its raw body priced as text), requests_only (only request limits count
 	// it) or deny (refused with a 403).
@@ -78,6 +82,26 @@ type AccountingSpec struct {
 	// Settles lists the dimensions settled to the actual usage when the response reports it:
 	// any of tokens, input_tokens, output_tokens ([] settles none).
 	Settles *[]string `yaml:"settles"`
+}
+
+// ProviderSpec declares one provider: its name, its hosts and the dialect it speaks.
+type ProviderSpec struct {
+	// Name names it in rules (match.provider), accounting, per: [provider] bucket keys, metrics
+	// and logs: 1 to 32 of [a-z0-9_-], no built-in provider's name.
+	Name string `yaml:"name"`
+	// Hosts are its host names (api.mistral.ai) and wildcards (*.example.com: any name under
+	// example.com), matched ignoring case and port. No host may be another provider's.
+	Hosts []string `yaml:"hosts"`
+	// Dialect is openai or anthropic: how its requests are priced, its usage read and its
+	// denials answered.
+	Dialect string `yaml:"dialect"`
+	// Encoding counts every text of its requests in o200k_base or cl100k_base. Default: the
+	// dialect's (openai: the model's encoding, else pricing.fallback_encoding; anthropic:
+	// cl100k_base and its estimate).
+	Encoding string `yaml:"encoding"`
+	// Estimate prices its prompts at their cl100k_base count times this ratio (0.1 to 10), an
+	// estimate (reason declared_estimate). At most one of Encoding and Estimate.
+	Estimate float64 `yaml:"estimate"`
 }
 
 // Tenant configures tenant identity.
@@ -263,6 +287,8 @@ type RuleSpec struct {
 // Match selects requests. Globs take * (any run of characters) and ? (one character).
 type Match struct {
 	Provider string `yaml:"provider"`
+	// Host is a glob over the request's host name: lower case, without its port and final dot.
+	Host     string `yaml:"host"`
 	Model    string `yaml:"model"`
 	Path     string `yaml:"path"`
 	Tenant   string `yaml:"tenant"`

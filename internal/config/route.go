@@ -167,7 +167,7 @@ func (c *Config) ParseRoute(ext map[string]string) (*Route, error) {
 	hasLimit := len(spec.Tokens)+len(spec.InputTokens)+len(spec.OutputTokens)+len(spec.Requests) > 0
 	switch {
 	case hasLimit:
-		r, err := compileRule(&spec, "context_extensions", c.Classes)
+		r, err := compileRule(&spec, "context_extensions", c)
 		if err != nil {
 			errs = append(errs, err)
 		} else {

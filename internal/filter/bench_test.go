@@ -135,6 +135,23 @@ func BenchmarkHotPath(b *testing.B) {
 			}
 		})
 	}
+	// A provider the limits file declares: the same decision, its host found in the table.
+	declared := newEnv(b, "providers: [{name: mistral, hosts: [api.mistral.ai], dialect: openai, encoding: o200k_base}]\n"+
+		benchLimits(b), Options{})
+	mistral, err := proto.Marshal(declaredRequest(benchRequest(b, 1<<10, "t-042")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decide-declared/1KB", func(b *testing.B) {
+		b.SetBytes(int64(len(mistral)))
+		b.ReportAllocs()
+		for b.Loop() {
+			a, err := declared.f.CheckBytes(ctx, mistral)
+			if err != nil || a.Decision() != decisionAllowed {
+				b.Fatalf("Check: %v %v", a, err)
+			}
+		}
+	})
 	// A denial (429): what a tenant over its limit costs on every retry.
 	denied, err := proto.Marshal(benchRequest(b, 1<<10, "deny-2"))
 	if err != nil {
@@ -181,6 +198,13 @@ func BenchmarkHotPath(b *testing.B) {
 	}
 }
 
+// declaredRequest is req sent to api.mistral.ai, a host the benchmark's limits file declares.
+func declaredRequest(req *authv3.CheckRequest) *authv3.CheckRequest {
+	h := req.GetAttributes().GetRequest().GetHttp()
+	h.Host, h.Headers[":authority"] = "api.mistral.ai", "api.mistral.ai"
+	return req
+}
+
 // TestHotPathBenchmarkSmoke runs each hot-path benchmark once, so that `go test` keeps them
 // working; it checks results, not speed.
 func TestHotPathBenchmarkSmoke(t *testing.T) {
@@ -192,6 +216,12 @@ func TestHotPathBenchmarkSmoke(t *testing.T) {
 		if err != nil || decision(resp) != decisionAllowed {
 			t.Fatalf("%s: %v %v, want allowed", sizeName(size), decision(resp), err)
 		}
+	}
+	declared := newEnv(t, "providers: [{name: mistral, hosts: [api.mistral.ai], dialect: openai, encoding: o200k_base}]\n"+
+		benchLimits(t), Options{})
+	if a := declared.answer(t, ctx, declaredRequest(benchRequest(t, 1<<10, "t-042"))); a.Decision() != decisionAllowed ||
+		a.Response().GetDynamicMetadata().GetFields()["provider"].GetStringValue() != "mistral" {
+		t.Fatalf("declared: %v %v, want allowed for mistral", a.Decision(), a.Response().GetDynamicMetadata())
 	}
 	e.f.Check(ctx, benchRequest(t, 1<<10, "deny-1")) //nolint:errcheck // spends the budget
 	a := e.answer(t, ctx, benchRequest(t, 1<<10, "deny-1"))

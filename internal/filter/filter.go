@@ -261,8 +261,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		if errors.As(err, &ue) {
 			f.m.error(reasonUnidentified)
 			f.log.Debug("request without identity", zap.String("reason", string(reasonUnidentified)), zap.String("source", ue.what))
-			var est tokens.Estimate
-			est.Provider, est.API, _ = dialects.Recognize(r.in.Host, r.path)
+			est := recognized(p, r)
 			return f.finish(start, &est, nil, unidentifiedResponse(&est, ue.what)), nil
 		}
 		var ie *identityError
@@ -270,16 +269,14 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 			f.m.error(reasonDuplicateIdentity)
 			f.log.Debug("identity header given more than once", zap.String("reason", string(reasonDuplicateIdentity)),
 				zap.String("header", ie.header))
-			var est tokens.Estimate
-			est.Provider, est.API, _ = dialects.Recognize(r.in.Host, r.path)
+			est := recognized(p, r)
 			return f.finish(start, &est, nil, badIdentityResponse(&est, ie.header)), nil
 		}
 		// A route whose context_extensions are invalid: the operator's mistake, answered 500 in
 		// the provider's format so that it is seen at once, never silently unlimited.
 		f.m.error(reasonBadRoute)
 		f.log.Warn("invalid route context_extensions", zap.String("reason", string(reasonBadRoute)), zap.Error(err))
-		var est tokens.Estimate
-		est.Provider, est.API, _ = dialects.Recognize(r.in.Host, r.path)
+		est := recognized(p, r)
 		return f.finish(start, &est, nil, badRouteResponse(&est, err)), nil
 	}
 
@@ -353,6 +350,17 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		}
 		return f.finish(start, &est, pl, rateLimitedResponse(&est, pl, &res, wait)), nil
 	}
+}
+
+// recognized is the provider and API of r, unpriced: for the answers that precede pricing.
+func recognized(p *Policy, r *request) tokens.Estimate {
+	var est tokens.Estimate
+	var d *provider.Declared
+	est.Provider, est.API, _, d = dialects.RecognizeIn(p.Config.Hosts, r.in.Host, r.path)
+	if d != nil {
+		est.Name = d.Name
+	}
+	return est
 }
 
 // request is the parsed view of a CheckRequest that a decision needs.
@@ -791,7 +799,7 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		fields := []zap.Field{
 			zap.String("decision", dec),
-			zap.String("provider", est.Provider.String()),
+			zap.String("provider", est.ProviderName()),
 			zap.String("api", est.API.String()),
 			zap.String("model", safeLabel(est.Model)),
 			zap.Int64("prompt_tokens", est.PromptTokens),

@@ -51,7 +51,7 @@ func policyFor(t testing.TB, c *config.Config) *Policy {
 	t.Helper()
 	p := c.File.Pricing
 	opts := tokens.Options{DefaultOutputTokens: p.DefaultOutputTokens, FallbackEncoding: p.FallbackEncoding,
-		OpenAI: openai.Settings{AzureDeployments: p.AzureDeployments}}
+		OpenAI: openai.Settings{AzureDeployments: p.AzureDeployments}, Providers: c.Hosts}
 	for _, m := range p.OutputTokens {
 		opts.OutputRules = append(opts.OutputRules, tokens.OutputRule{Model: m.Model, Tokens: m.Tokens})
 	}

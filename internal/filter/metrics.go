@@ -120,7 +120,7 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 	if m == nil {
 		return
 	}
-	provider, model := est.Provider.String(), m.models.get(est.Model)
+	provider, model := est.ProviderName(), m.models.get(est.Model)
 	m.decisions.WithLabelValues(decision, provider, model).Inc()
 	m.check.Observe(d.Seconds())
 	if pl == nil {

@@ -84,7 +84,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		logClearTenant: cfg.LogClearTenant, clock: f.opts.Now}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
 	pl.prof = dialects.Of(est.Provider).Profile(est.Provider, est.Model)
-	prov := est.Provider.String()
+	prov := est.ProviderName()
 	cfg.Apply(&pl.prof, prov, est.Model)
 	pl.cost = charge(&pl.prof, est)
 	// An unpriced API of a provider, and a request of no provider under unknown: requests_only,
@@ -99,7 +99,16 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	name := func(rule *config.Rule, kind byte, window uint8) string {
 		return bucketName(rule, kind, window, prov, est.Model, r.tenant, r.priority)
 	}
+	host := ""
 	consider := func(rule *config.Rule) {
+		if !rule.Host.Any() {
+			if host == "" {
+				host = requestHost(r.in.Host)
+			}
+			if !rule.Host.Match(host) {
+				return
+			}
+		}
 		if !rule.Provider.Match(prov) || !rule.Model.Match(est.Model) || !rule.Path.Match(r.path) ||
 			!rule.Tenant.Match(r.tenant) || !rule.Priority.Match(r.priority) {
 			return
@@ -183,6 +192,12 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	}
 	pl.shadow.MaxWait = 0
 	return pl
+}
+
+// requestHost is the host name rules match (match.host): the authority without its port and
+// final dot, lower case. It allocates only for a name with upper-case letters.
+func requestHost(authority string) string {
+	return strings.ToLower(provider.HostName(authority))
 }
 
 // bucketName is the bucket's identity: the rule, the amount (kind; kindPair for the first

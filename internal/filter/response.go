@@ -372,7 +372,7 @@ func (pl *plan) metadata(est *tokens.Estimate, decision string, wait time.Durati
 func (m *metadata) append(b []byte) []byte {
 	est, pl := &m.est, m.pl
 	b = authzwire.AppendStringField(b, "decision", m.decision)
-	b = authzwire.AppendStringField(b, "provider", est.Provider.String())
+	b = authzwire.AppendStringField(b, "provider", est.ProviderName())
 	b = authzwire.AppendStringField(b, "api", est.API.String())
 	b = authzwire.AppendStringField(b, "model", safeLabel(est.Model))
 	b = authzwire.AppendNumberField(b, "prompt_tokens", float64(est.PromptTokens))

@@ -12,6 +12,10 @@
 // its ID and a parsed request to its room's pricing. Adding a family is adding its package, with
 // its fixtures, an ID here and its lines there.
 //
+// A provider the limits file declares (Declared: an OpenAI- or Anthropic-compatible API on hosts
+// of its own) has no ID of its own: its requests carry its family's ID, whose dialect they speak,
+// and its name beside it; Hosts is the table, built once per configuration, that finds it by host.
+//
 // Everything here is a plain value or a stateless method, safe for concurrent use. It must never
 // import another package of this module: every other one may import it.
 package provider

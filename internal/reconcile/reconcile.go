@@ -199,7 +199,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		case req.GetResponseHeaders() != nil:
 			h := req.GetResponseHeaders()
 			st.responded = true
-			st.body.dialect = dialectOf(st.res)
+			st.body.dialect = st.set.dialectOf(st.res)
 			st.rep = readHeaders(headerGetter(h.GetHeaders()), st.body.dialect)
 			st.body.frame(&st.rep)
 			if d, ok := codeDetails(req.GetAttributes()); ok && d != detailsViaUpstream {
@@ -290,7 +290,7 @@ func (s *Server) retryFeedback(st *stream) {
 	if failed || st.undecodable != "" {
 		body = nil
 	}
-	if d, ok := st.retry.RetryAfter(provider.Parse(st.res.Tag), body); ok {
+	if d, ok := st.retry.RetryAfter(st.set.family(st.res.Tag), body); ok {
 		st.rep.retryAfter = d
 	}
 	st.retry, st.body.buf = nil, nil
@@ -389,11 +389,20 @@ func reservationOf(md *corev3.Metadata) (*reservation.Reservation, error) {
 // dialectOf is the dialect of the provider r was reserved for (its tag): the format of the
 // usage and rate-limit headers of its response. Without a reservation nothing is settled, and
 // the dialect is the one of a provider with no room of its own.
-func dialectOf(r *reservation.Reservation) provider.Dialect {
+func (set *Settlement) dialectOf(r *reservation.Reservation) provider.Dialect {
 	if r == nil {
 		return dialects.Of(provider.Unknown)
 	}
-	return dialects.Named(r.Tag)
+	return dialects.Of(set.family(r.Tag))
+}
+
+// family is the built-in provider whose dialect the provider tag speaks: itself, or a declared
+// provider's family (Settlement.Declared); Unknown for any other tag.
+func (set *Settlement) family(tag string) provider.ID {
+	if id := provider.Parse(tag); id != provider.Unknown {
+		return id
+	}
+	return set.Declared[tag]
 }
 
 // headerGetter looks headers up by lower-case name; Envoy sends raw_value (bytes) or value.

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
 // Settlement says how a response settles its reservation. It is a plain value, compiled from the
@@ -24,6 +25,9 @@ type Settlement struct {
 	// Decode is the set of content-codings decoded on the response path. A reply in another
 	// coding keeps its reservation.
 	Decode Encodings
+	// Declared maps each provider the limits file declares to the family whose dialect it
+	// speaks (provider.Declared.Family): how its responses are read. Read only once set.
+	Declared map[string]provider.ID
 }
 
 // DefaultSettlement is the settlement of a limits file that names none: see each field's default

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
@@ -22,6 +23,7 @@ func NewPolicy(c *config.Config) (*filter.Policy, error) {
 		UnreadableOutputTokens: p.Unreadable.OutputTokens,
 		RefuseUnreadable:       c.RefuseUnreadable,
 		UnseenContextTokens:    p.UnseenContextTokens,
+		Providers:              c.Hosts,
 	}
 	for _, m := range p.OutputTokens {
 		opts.OutputRules = append(opts.OutputRules, tokens.OutputRule{Model: m.Model, Tokens: m.Tokens})
@@ -37,6 +39,14 @@ func NewPolicy(c *config.Config) (*filter.Policy, error) {
 func SettlementOf(c *config.Config) (reconcile.Settlement, error) {
 	f := c.File.Settlement
 	set := reconcile.Settlement{KeepOnClientError: f.KeepOnClientError, UsageFactor: f.UsageFactor, MaxUsage: f.MaxUsageTokens}
+	for _, spec := range c.File.Providers {
+		if d := c.Declared(spec.Name); d != nil {
+			if set.Declared == nil {
+				set.Declared = map[string]provider.ID{}
+			}
+			set.Declared[d.Name] = d.Family
+		}
+	}
 	for _, name := range f.Decode {
 		e, err := reconcile.ParseEncoding(name)
 		if err != nil {

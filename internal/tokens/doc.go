@@ -37,6 +37,11 @@
 //
 // Any other path is UnknownAPI: the raw body is counted as text and no output is reserved.
 //
+// A host the limits file declares (Options.Providers, dialects.RecognizeIn) is its declared
+// provider's (Estimate.Name): priced by the room of its dialect as on that family's own host, its
+// texts counted in its declared encoding (every model alike), or in cl100k_base times its
+// estimate's ratio (ReasonDeclaredEstimate); any other path of the host is its Unpriced API.
+//
 // # Encodings
 //
 // The rooms choose from the encodings a Pricer loads (pricing.Config.Encoding): OpenAI models

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
@@ -70,6 +71,10 @@ type Options struct {
 	// servers): it is added to the visible prompt, up to the context window. 0 means the
 	// model's context window.
 	UnseenContextTokens int64
+	// Providers are the providers the limits file declares, by host (nil: none): a request to
+	// one of their hosts is theirs, priced by their dialect's room with their encoding or
+	// estimate (dialects.RecognizeIn). Read only once New has it.
+	Providers *provider.Hosts
 	// CountCache is the number of entries (8 bytes each, rounded up to a power of two, at most
 	// 2^24) of the cache of counts of the texts clients resend: system prompts, tool
 	// definitions and every message of a conversation but the last. 0 means
@@ -217,7 +222,7 @@ func (p *Pricer) estimate(in *Input, noCount bool) (est Estimate) {
 			if !noCount {
 				n = int64(p.fallback.Count(body))
 			}
-			est = Estimate{Provider: est.Provider, API: est.API, Reason: ReasonInternal, PromptTokens: n}
+			est = Estimate{Provider: est.Provider, Name: est.Name, API: est.API, Reason: ReasonInternal, PromptTokens: n}
 			w = new(work) // do not pool scratch a panic may have left inconsistent
 		}
 		p.work.Put(w)
@@ -230,7 +235,11 @@ func (p *Pricer) estimate(in *Input, noCount bool) (est Estimate) {
 	if noCount {
 		s.Est.Reason = ReasonDeadline
 	}
-	s.Est.Provider, s.Est.API, s.deployment = dialects.Recognize(in.Host, in.Path)
+	var d *provider.Declared
+	s.Est.Provider, s.Est.API, s.deployment, d = dialects.RecognizeIn(p.opts.Providers, in.Host, in.Path)
+	if d != nil {
+		s.declare(d)
+	}
 	s.price(in)
 	s.Est.Exact = s.Est.Reason == ""
 	s.Est.PromptTokens = max(s.Est.PromptTokens, 0)
@@ -245,6 +254,24 @@ type call struct {
 	p          *Pricer
 	w          *work
 	deployment string
+	// ratio is the declared provider's estimate (provider.Declared.Ratio), 0 when none.
+	ratio float64
+}
+
+// declare prices the request as declared provider d's: named after it, its texts counted in its
+// encoding, or in cl100k_base scaled by its estimate's ratio (ReasonDeclaredEstimate).
+func (s *call) declare(d *provider.Declared) {
+	s.Est.Name = d.Name
+	switch {
+	case d.Ratio > 0:
+		s.ratio = d.Ratio
+		s.FixEncoding(s.p.cl100k)
+		s.Approx(ReasonDeclaredEstimate)
+	case d.Encoding == tiktoken.O200K:
+		s.FixEncoding(s.p.o200k)
+	case d.Encoding == tiktoken.CL100K:
+		s.FixEncoding(s.p.cl100k)
+	}
 }
 
 func (s *call) price(in *Input) {
@@ -313,6 +340,12 @@ func (s *call) parsed(body []byte, size int64) {
 		s.Est.Stream = s.Doc.Raw(st)[0] == 't'
 	}
 	dialects.Price(&s.Request, root, &s.p.rooms)
+	if s.ratio > 0 {
+		s.Est.PromptTokens = scaled(s.Est.PromptTokens, s.ratio)
+		for i := range s.Est.NCache {
+			s.Est.CachePoints[i].Tokens = scaled(s.Est.CachePoints[i].Tokens, s.ratio)
+		}
+	}
 	s.Est.Chars = int64(len(body))
 	if s.Est.OutputUnset {
 		l, _ := s.limits()

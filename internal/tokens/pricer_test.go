@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/anthropic"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
@@ -176,6 +177,10 @@ func chatBody(tb testing.TB, text []byte) string {
 func FuzzEstimate(f *testing.F) {
 	p := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}})
 	uncached := newPricer(f, Options{OpenAI: openai.Settings{AzureDeployments: map[string]string{"d": "gpt-4o"}}, CountCache: -1})
+	var hosts provider.Hosts
+	hosts.Add("api.deepseek.com", &provider.Declared{Name: "deepseek", Family: provider.OpenAI, Ratio: 1.5})
+	hosts.Add("api.moonshot.ai", &provider.Declared{Name: "kimi", Family: provider.Anthropic, Encoding: "o200k_base"})
+	declared := newPricer(f, Options{Providers: &hosts})
 	seeds := []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}],"tools":[{}]}`},
@@ -220,6 +225,15 @@ func FuzzEstimate(f *testing.F) {
 		}
 		if plain := uncached.Estimate(in); plain != got {
 			t.Fatalf("estimate %+v, without the count cache %+v", got, plain)
+		}
+		// A declared provider's request: its name, an API, never a negative or internal price.
+		for _, host := range [...]string{"api.deepseek.com", "api.moonshot.ai"} {
+			in.Host = host
+			d := declared.Estimate(in)
+			if d.Name == "" || d.API == UnknownAPI || d.Cost() < 0 || d.PromptTokens < 0 || d.Reason == ReasonInternal ||
+				d.Exact != (d.Reason == "") {
+				t.Fatalf("%s %q: %+v", host, path, d)
+			}
 		}
 	})
 }

@@ -66,6 +66,7 @@ type Reason = pricing.Reason
 // Reasons an estimate is approximate. When several apply, Estimate.Reason is the first found.
 const (
 	ReasonUnknownAPI          = pricing.ReasonUnknownAPI
+	ReasonDeclaredEstimate    = pricing.ReasonDeclaredEstimate
 	ReasonUnpricedAPI         = pricing.ReasonUnpricedAPI
 	ReasonNotJSON             = pricing.ReasonNotJSON
 	ReasonWrongType           = pricing.ReasonWrongType

@@ -1,6 +1,7 @@
 // Package dialects is the one place that knows every room under internal/provider: it maps a
 // provider to the dialect of its API family (Of, Named), recognises which provider and API a
-// request calls from the rooms' hosts and paths (Recognize), gathers the rooms' pricing settings
+// request calls from the rooms' hosts and paths, and from the hosts the limits file declares
+// (Recognize, RecognizeIn), gathers the rooms' pricing settings
 // (Settings: one field per room, validated together) and hands a parsed request to its room's
 // pricing with that room's settings (Price). Adding a family is adding its package under
 // internal/provider, its ID, and its lines here.

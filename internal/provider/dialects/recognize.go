@@ -33,6 +33,11 @@ import (
 //     publishers/anthropic/models/{model}:rawPredict; the path names the model
 //     (gemini.Route).
 //
+//   - a host the limits file declares (its providers section, a provider.Hosts that
+//     RecognizeIn reads) is that declared provider's, in the family of its dialect: OpenAI's
+//     or Anthropic's priced APIs by path, as on the family's own host. Built-in hosts stay
+//     built-in.
+//
 // Any other path on a provider's host (images, audio, files, batches, realtime, models, or a
 // priced API the host does not serve, such as /v1/messages on OpenAI's) is that provider's
 // Unpriced API: a request of the provider, counted by request limits only. On a host that is no
@@ -44,6 +49,18 @@ import (
 // percent-encoded as it is sent ("" when none): the Azure deployment, Bedrock's modelId, or the
 // Gemini or Vertex model. It allocates nothing and is safe for concurrent use.
 func Recognize(host, p string) (prov provider.ID, api provider.API, deployment string) {
+	prov, api, deployment, _ = RecognizeIn(nil, host, p)
+	return prov, api, deployment
+}
+
+// RecognizeIn is Recognize with the providers the limits file declares (hosts; nil: none). A
+// host that is no built-in provider's but one of hosts is its declared provider's, d: prov is
+// then d.Family, api the family's priced API the path calls (OpenAI's: chat completions,
+// completions, embeddings, responses; Anthropic's: messages and chat completions, as on its
+// own host), and any other path d's Unpriced API. A built-in host stays the built-in
+// provider's whatever hosts says (the limits file refuses such a declaration). It allocates
+// nothing and is safe for concurrent use.
+func RecognizeIn(hosts *provider.Hosts, host, p string) (prov provider.ID, api provider.API, deployment string, d *provider.Declared) {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}
@@ -66,12 +83,32 @@ func Recognize(host, p string) (prov provider.ID, api provider.API, deployment s
 			prov = id // another path of the host: its Unpriced API
 		}
 	default:
-		return pathRoute(p)
+		if d = hosts.Lookup(h); d == nil {
+			prov, api, deployment = pathRoute(p)
+			return prov, api, deployment, nil
+		}
+		prov = d.Family
+		if prov == provider.Anthropic {
+			api = anthropic.API(p)
+		} else {
+			api = openai.API(p)
+		}
 	}
 	if api == provider.UnknownAPI {
 		api = provider.Unpriced
 	}
-	return prov, api, deployment
+	return prov, api, deployment, d
+}
+
+// Builtin is the built-in provider whose host h is (a provider.HostName, any case), Unknown for
+// any other: the hosts a declared provider may not take.
+func Builtin(h string) provider.ID {
+	for _, id := range [...]provider.ID{openai.Host(h), anthropic.Host(h), bedrock.Host(h), gemini.Host(h)} {
+		if id != provider.Unknown {
+			return id
+		}
+	}
+	return provider.Unknown
 }
 
 // pathRoute is recognition from the path alone, for hosts that are no provider's: a

@@ -33,7 +33,7 @@ const completionsMaxTokens = 16
 func Price(s *pricing.Request, root int, set *Settings) {
 	enc, known := s.Config().Encoding(s.Est.Model)
 	s.SetEncoding(enc)
-	if !known {
+	if !known && !s.EncodingFixed() {
 		s.Approx(pricing.ReasonUnknownModel)
 	}
 	switch s.Est.API {

@@ -9,8 +9,12 @@ import (
 // Estimate is the price of one request: what tokens.Pricer returns and the rooms fill in. A
 // plain value.
 type Estimate struct {
+	// Provider is the provider's API family: for a provider the limits file declares, the
+	// family whose dialect it speaks (provider.Declared.Family).
 	Provider provider.ID
-	API      provider.API
+	// Name is the declared provider's name, "" for a built-in one (ProviderName).
+	Name string
+	API  provider.API
 	// Model is the model the request calls: on an Azure deployment path the deployment's
 	// (openai.Settings.DeploymentModel), elsewhere the body's; "" when unknown.
 	// Callers must not log it without bounding its length.
@@ -56,6 +60,15 @@ type CachePoint struct {
 	TTL    time.Duration
 }
 
+// ProviderName names the provider in rules, bucket keys, metrics, logs and the reservation's
+// tag: the declared provider's name, else the built-in provider's. It allocates nothing.
+func (e *Estimate) ProviderName() string {
+	if e.Name != "" {
+		return e.Name
+	}
+	return e.Provider.String()
+}
+
 // Cost is the total tokens reserved for the request: prompt plus output.
 func (e *Estimate) Cost() int64 { return e.PromptTokens + e.OutputTokens }
 
@@ -69,6 +82,9 @@ const (
 	// text with the fallback encoding (an upper bound for JSON-wrapped text) and the default
 	// output reservation is added.
 	ReasonUnknownAPI Reason = "unknown_api"
+	// ReasonDeclaredEstimate: a provider the limits file declares with an estimate (its
+	// providers entry's estimate: a ratio): the prompt is its cl100k_base count times that ratio.
+	ReasonDeclaredEstimate Reason = "declared_estimate"
 	// ReasonUnpricedAPI: a path of a provider's host outside the priced APIs (images, audio,
 	// files, batches, realtime, models): no tokens are priced; request limits count it.
 	ReasonUnpricedAPI Reason = "unpriced_api"

@@ -87,6 +87,7 @@ type Request struct {
 	cfg      *Config
 	sc       *Scratch
 	enc      *tiktoken.Encoding
+	fixed    *tiktoken.Encoding // FixEncoding's, nil when the room chooses
 	counting Counting
 	// bounded is set once an upper bound decides the price (its reason is Est.Reason); unseen
 	// when the request brings input its body does not show.
@@ -104,8 +105,22 @@ func (r *Request) Config() *Config { return r.cfg }
 // Tokenizes reports whether texts are counted with the encoding (not ByLength).
 func (r *Request) Tokenizes() bool { return r.counting == Tokenize }
 
-// SetEncoding sets the encoding texts are counted with. The room sets it before it counts.
-func (r *Request) SetEncoding(enc *tiktoken.Encoding) { r.enc = enc }
+// SetEncoding sets the encoding texts are counted with. The room sets it before it counts; an
+// encoding fixed by FixEncoding stays.
+func (r *Request) SetEncoding(enc *tiktoken.Encoding) {
+	if r.fixed != nil {
+		enc = r.fixed
+	}
+	r.enc = enc
+}
+
+// FixEncoding makes enc the encoding of every text of the request, whatever the room chooses:
+// a declared provider's (provider.Declared.Encoding, or cl100k_base under its Ratio).
+func (r *Request) FixEncoding(enc *tiktoken.Encoding) { r.fixed, r.enc = enc, enc }
+
+// EncodingFixed reports whether FixEncoding chose the encoding: the model's being unknown is
+// then no reason for an approximation.
+func (r *Request) EncodingFixed() bool { return r.fixed != nil }
 
 // Approx records why the estimate is approximate; the first reason recorded stays.
 func (r *Request) Approx(why Reason) {
