@@ -13,6 +13,10 @@ if [ ! -x "$venv/bin/pytest" ] || [ ! -x "$venv/bin/envoy" ]; then
 	echo "e2e: the virtualenv is missing or incomplete: run make deps (scripts/deps.sh)" >&2
 	exit 1
 fi
+if [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$(sha256sum e2e/requirements.txt | cut -d' ' -f1)" ]; then
+	echo "e2e: the virtualenv predates e2e/requirements.txt: run make deps (scripts/deps.sh)" >&2
+	exit 1
+fi
 command -v redis-server >/dev/null || { echo "e2e: redis-server is missing: run make deps" >&2; exit 1; }
 
 bin=${E2E_BIN:-bin/e2e}
