@@ -216,6 +216,23 @@ func TestEstimateCommand(t *testing.T) {
 	}
 }
 
+// The embedded example limits Gemini the way Google counts it: requests, input tokens, and a
+// daily quota whose days end at Pacific midnight, which estimate names.
+func TestEstimateGeminiDailyQuota(t *testing.T) {
+	t.Parallel()
+	body := `{"contents":[{"role":"user","parts":[{"text":"Hello"}]}],"generationConfig":{"maxOutputTokens":100}}`
+	var out, errb strings.Builder
+	args := []string{"estimate", "-H", "host: generativelanguage.googleapis.com", "-path", "/v1beta/models/gemini-2.5-flash:generateContent"}
+	if err := run(context.Background(), args, strings.NewReader(body), &out, &errb); err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	for _, want := range []string{"provider       gemini", "rules          gemini-per-model", "quota         250     day (America/Los_Angeles)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 func TestUnknownCommand(t *testing.T) {
 	t.Parallel()
 	var out, errb strings.Builder

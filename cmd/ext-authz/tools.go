@@ -202,7 +202,11 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	for i, b := range x.Buckets {
 		period := b.Period.String()
 		if b.Algorithm == bucket.Quota {
-			period = map[bucket.Calendar]string{bucket.Day: "day (UTC)", bucket.Month: "month (UTC)"}[b.Calendar]
+			zone := "UTC"
+			if b.Zone != nil {
+				zone = b.Zone.String()
+			}
+			period = map[bucket.Calendar]string{bucket.Day: "day", bucket.Month: "month"}[b.Calendar] + " (" + zone + ")"
 		}
 		// A rule's tokens and requests token buckets share one stored key, each in its slot.
 		slot := "-"
