@@ -44,6 +44,6 @@ for a in "$@"; do
 	case $a in e2e/*) targets=() ;; esac
 done
 # setsid: pytest leads a new process group (its pid), which cleanup kills as a whole.
-setsid "$venv/bin/python" -m pytest "${targets[@]}" -p no:cacheprovider -ra --timeout=900 "$@" &
+setsid "$venv/bin/python" -m pytest "${targets[@]}" -p no:cacheprovider -ra --durations=10 --timeout=900 "$@" &
 pgid=$!
 wait "$pgid"
