@@ -41,13 +41,13 @@ type Decision struct {
 	// no maximum (Output is the default, Context the model's window when known). Chars is the
 	// body's size read field by field, CacheRead the prompt-cache read expected. Exact says
 	// whether Prompt is what the provider counts, Reason why not.
-	Prompt, Output      int64
-	OutputUnset         bool
-	Context, Chars      int64
-	CacheRead           int64
-	Exact               bool
-	Reason              string
-	Decision, Outcome   string
+	Prompt, Output    int64
+	OutputUnset       bool
+	Context, Chars    int64
+	CacheRead         int64
+	Exact             bool
+	Reason            string
+	Decision, Outcome string
 	// Wait is the hold of a held decision, the advertised retry-after of a denied one.
 	Wait time.Duration
 	// Rules are the names of the rules that applied, comma-separated; Limit the limit that
