@@ -38,7 +38,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("decision (-want +got):\n%s", diff)
 	}
 	s := Settlement{Time: d.Time.Add(time.Second), ReservationID: "abc-1", Provider: "openai", Model: "gpt-4o",
-		Status: 200, Found: true, Input: 12, Output: 40, CacheRead: 2, CacheWrite: 1, Total: 52}
+		Status: 200, Local: true, Found: true, Input: 12, Output: 40, CacheRead: 2, CacheWrite: 1, Total: 52}
 	if err := Parse(AppendSettlement(nil, &s), &ev); err != nil {
 		t.Fatal(err)
 	}

@@ -63,9 +63,11 @@ type Settlement struct {
 	ReservationID string
 	Provider      string
 	Model         string
-	// Status is the response's HTTP status (0 when the response never started); Found says
-	// whether the provider reported its usage.
+	// Status is the response's HTTP status (0 when the response never started); Local: Envoy
+	// answered itself (a timeout, a reset); Found says whether the usage is known (a provider
+	// error counts as known: nothing was generated).
 	Status int
+	Local  bool
 	Found  bool
 	// The provider's usage: input (cache reads and writes included) and output tokens.
 	Input, Output, CacheRead, CacheWrite, Total int64
@@ -136,6 +138,9 @@ func AppendSettlement(b []byte, s *Settlement) []byte {
 	b = appendString(b, "provider", s.Provider)
 	b = appendString(b, "model", s.Model)
 	b = appendInt(b, "status", int64(s.Status))
+	if s.Local {
+		b = append(b, `,"envoy_reply":true`...)
+	}
 	b = append(b, `,"usage_found":`...)
 	b = strconv.AppendBool(b, s.Found)
 	if s.Found {
@@ -310,6 +315,8 @@ func Parse(line []byte, ev *Event) error {
 			d.OutputUnset, err = p.needBool()
 		case "exact":
 			d.Exact, err = p.needBool()
+		case "envoy_reply":
+			s.Local, err = p.needBool()
 		case "usage_found":
 			s.Found, err = p.needBool()
 		case "wait_ms":

@@ -201,6 +201,15 @@ func (a *Answer) Response() *authv3.CheckResponse {
 	return a.resp
 }
 
+// Reservation is the encoded reservation the answer carries for the response path
+// (internal/reservation), "" when it holds none: what an offline replay settles.
+func (a *Answer) Reservation() string {
+	if a.meta.pl == nil {
+		return ""
+	}
+	return string(a.meta.pl.appendReservation(nil, &a.meta.est))
+}
+
 // Decision is the answer's decision, as in its metadata and metrics ("allowed", "denied"...).
 func (a *Answer) Decision() string { return a.meta.decision }
 
@@ -412,6 +421,9 @@ func (m *metadata) append(b []byte) []byte {
 		var rs [512]byte
 		if r := pl.appendReservation(rs[:0], est); len(r) > 0 {
 			b = authzwire.AppendASCIIField(b, reservation.MetadataKey, r)
+			if pl.rid != "" {
+				b = authzwire.AppendASCIIField(b, reservation.MetadataIDKey, []byte(pl.rid))
+			}
 		}
 		if len(pl.shadow.Buckets) > 0 || pl.shadowAll {
 			o := pl.shadowOutcome
