@@ -224,9 +224,21 @@ var ErrSyntax = errors.New("decisionlog: bad line")
 
 // Parse reads one line (with or without its newline) into ev, which it resets first. It reads
 // the flat objects the Append functions write, and ignores fields it does not know.
-func Parse(line []byte, ev *Event) error {
+func Parse(line []byte, ev *Event) error { return (*Strings)(nil).Parse(line, ev) }
+
+// Strings keeps one copy of each short string value read (provider, model, tenant, rules...),
+// so that a long log's repeated values are not allocated again on every line. The zero value
+// is ready; it is not safe for concurrent use.
+type Strings struct{ m map[string]string }
+
+// maxInterned bounds what Strings keeps: beyond it, values are allocated as Parse does.
+const maxInterned = 1 << 16
+
+// Parse is the package's Parse, sharing s's strings; the reservation id, unique per line, is
+// never kept. A nil s keeps none.
+func (s *Strings) Parse(line []byte, ev *Event) error {
 	*ev = Event{}
-	p := parser{s: line}
+	p := parser{s: line, strs: s}
 	p.space()
 	if !p.eat('{') {
 		return p.fail("want an object")
@@ -262,7 +274,7 @@ func Parse(line []byte, ev *Event) error {
 		case "ev":
 			kind, err = p.needStr()
 		case "ts":
-			ts, err = p.needStr()
+			ts, err = p.unique()
 		case "provider":
 			str, err = p.needStr()
 			d.Provider, s.Provider = str, str
@@ -270,7 +282,7 @@ func Parse(line []byte, ev *Event) error {
 			str, err = p.needStr()
 			d.Model, s.Model = str, str
 		case "rid":
-			str, err = p.needStr()
+			str, err = p.unique()
 			d.ReservationID, s.ReservationID = str, str
 		case "api":
 			d.API, err = p.needStr()
@@ -355,6 +367,7 @@ type parser struct {
 	s    []byte
 	i    int
 	seen bool // a field was read: the next needs a comma
+	strs *Strings
 }
 
 func (p *parser) fail(what string) error {
@@ -384,7 +397,7 @@ func (p *parser) str() (string, bool) {
 	for p.i < len(p.s) {
 		switch p.s[p.i] {
 		case '"':
-			v := string(p.s[start:p.i])
+			v := p.intern(p.s[start:p.i])
 			p.i++
 			return v, true
 		case '\\':
@@ -413,6 +426,33 @@ func (p *parser) escaped(start int) (string, bool) {
 		p.i++
 	}
 	return "", false
+}
+
+// intern returns b as a string, from p.strs when it is there.
+func (p *parser) intern(b []byte) string {
+	if p.strs == nil {
+		return string(b)
+	}
+	if v, ok := p.strs.m[string(b)]; ok {
+		return v
+	}
+	v := string(b)
+	if p.strs.m == nil {
+		p.strs.m = map[string]string{}
+	}
+	if len(p.strs.m) < maxInterned {
+		p.strs.m[v] = v
+	}
+	return v
+}
+
+// unique reads a string value unique to its line (a time, an id), which Strings never keeps.
+func (p *parser) unique() (string, error) {
+	keep := p.strs
+	p.strs = nil
+	v, err := p.needStr()
+	p.strs = keep
+	return v, err
 }
 
 func (p *parser) needStr() (string, error) {

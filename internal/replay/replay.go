@@ -55,6 +55,8 @@ type Engine struct {
 	leases  uint64
 	pending map[string]string // reservation id -> the replay's encoded reservation
 	queue   events
+	free    *queued
+	strs    decisionlog.Strings
 	seq     uint64
 	latest  time.Time
 	t0      time.Time
@@ -148,21 +150,33 @@ func (e *Engine) Add(ev *decisionlog.Event) {
 		ev.Decision.Time = t
 	}
 	e.seq++
-	heap.Push(&e.queue, queued{at: t, seq: e.seq, ev: *ev})
+	q := e.free
+	if q != nil {
+		e.free = q.next
+	} else {
+		q = &queued{}
+	}
+	q.at, q.seq, q.ev, q.next = t, e.seq, *ev, nil
+	heap.Push(&e.queue, q)
 	if t.After(e.latest) {
 		e.latest = t
 	}
 	for e.queue.Len() > 0 && e.queue[0].at.Before(e.latest.Add(-e.opts.Window)) {
-		q := heap.Pop(&e.queue).(queued)
-		e.apply(&q.ev, q.at)
+		e.pop()
 	}
+}
+
+// pop replays the earliest queued event and recycles its slot.
+func (e *Engine) pop() {
+	q := heap.Pop(&e.queue).(*queued)
+	e.apply(&q.ev, q.at)
+	q.next, e.free = e.free, q
 }
 
 // Finish replays what is still queued and returns the report.
 func (e *Engine) Finish() *Report {
 	for e.queue.Len() > 0 {
-		q := heap.Pop(&e.queue).(queued)
-		e.apply(&q.ev, q.at)
+		e.pop()
 	}
 	e.report.finish()
 	return e.report
@@ -240,14 +254,15 @@ func (e *Engine) settle(s *decisionlog.Settlement) {
 		Usage: provider.Usage{Input: s.Input, Output: s.Output, CacheRead: s.CacheRead, CacheWrite: s.CacheWrite, Total: s.Total}})
 }
 
-// queued is an event waiting for its turn.
+// queued is an event waiting for its turn; next links the free ones.
 type queued struct {
-	at  time.Time
-	seq uint64
-	ev  decisionlog.Event
+	at   time.Time
+	seq  uint64
+	ev   decisionlog.Event
+	next *queued
 }
 
-type events []queued
+type events []*queued
 
 func (q events) Len() int { return len(q) }
 func (q events) Less(i, j int) bool {
@@ -257,7 +272,7 @@ func (q events) Less(i, j int) bool {
 	return q[i].seq < q[j].seq
 }
 func (q events) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *events) Push(x any)   { *q = append(*q, x.(queued)) }
+func (q *events) Push(x any)   { *q = append(*q, x.(*queued)) }
 func (q *events) Pop() any {
 	old := *q
 	n := len(old) - 1
@@ -279,7 +294,7 @@ func (e *Engine) Read(r io.Reader, name string) error {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if err := decisionlog.Parse(line, &ev); err != nil {
+		if err := e.strs.Parse(line, &ev); err != nil {
 			return fmt.Errorf("replay: %s:%d: %w", name, n, err)
 		}
 		e.Add(&ev)

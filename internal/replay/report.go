@@ -37,7 +37,7 @@ type Report struct {
 
 // Row is one rule, tenant and model.
 type Row struct {
-	Rule, Tenant, Model string
+	Rule, Tenant, Model   string
 	Allowed, Held, Denied int64
 	// WaitP50 and WaitP99 are the holds' (held decisions only).
 	WaitP50, WaitP99 time.Duration

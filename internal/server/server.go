@@ -27,8 +27,8 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
-	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 )

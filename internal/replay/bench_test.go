@@ -1,0 +1,51 @@
+package replay
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+)
+
+const benchLimits = `
+tenant: {source: header, header: x-tenant-id}
+rules:
+  - name: per-tenant
+    per: [tenant]
+    tokens: {limit: 1200000, period: minute}
+    requests: {limit: 600, period: minute}
+    max_wait: 500ms
+  - name: per-model
+    per: [model]
+    tokens: {limit: 5000000, period: minute}
+`
+
+// BenchmarkReplay replays 10 minutes of generated traffic at 100 requests a second (60,000
+// decisions and their settlements) per op; decisions/s is the figure docs/performance.md quotes.
+func BenchmarkReplay(b *testing.B) {
+	b.ReportAllocs()
+	var log bytes.Buffer
+	n, err := Generate(&log, Traffic{Start: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), Duration: 10 * time.Minute, RPS: 100, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := config.Parse([]byte(benchLimits), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		e, err := New(Options{Config: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Read(bytes.NewReader(log.Bytes()), "generated"); err != nil {
+			b.Fatal(err)
+		}
+		if rep := e.Finish(); rep.Decisions != n {
+			b.Fatalf("replayed %d of %d", rep.Decisions, n)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
