@@ -201,13 +201,18 @@ func (a *Answer) Response() *authv3.CheckResponse {
 	return a.resp
 }
 
-// Reservation is the encoded reservation the answer carries for the response path
-// (internal/reservation), "" when it holds none: what an offline replay settles.
-func (a *Answer) Reservation() string {
+// Reservation is the reservation the answer carries for the response path (what its metadata
+// encodes, internal/reservation), nil when it holds none: what an offline replay settles. It is
+// the caller's.
+func (a *Answer) Reservation() *reservation.Reservation {
 	if a.meta.pl == nil {
-		return ""
+		return nil
 	}
-	return string(a.meta.pl.appendReservation(nil, &a.meta.est))
+	r, ok := a.meta.pl.reservation(&a.meta.est, nil)
+	if !ok {
+		return nil
+	}
+	return &r
 }
 
 // Decision is the answer's decision, as in its metadata and metrics ("allowed", "denied"...).

@@ -53,7 +53,7 @@ type Engine struct {
 	clock   time.Time
 	enc     encoder
 	leases  uint64
-	pending map[string]string // reservation id -> the replay's encoded reservation
+	pending map[string]*reservation.Reservation // reservation id -> the replay's reservation
 	queue   events
 	free    *queued
 	strs    decisionlog.Strings
@@ -79,7 +79,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Window <= 0 {
 		opts.Window = 2 * time.Second
 	}
-	e := &Engine{opts: opts, est: &recorded{}, pending: map[string]string{}, report: newReport(opts.Config)}
+	e := &Engine{opts: opts, est: &recorded{}, pending: map[string]*reservation.Reservation{}, report: newReport(opts.Config)}
 	now := func() time.Time { return e.clock }
 	store := bucket.NewMemory(bucket.MemoryOptions{Now: now})
 	var err error
@@ -224,7 +224,7 @@ func (e *Engine) apply(ev *decisionlog.Event, at time.Time) {
 	var provider429 bool
 	if admitted {
 		if d.ReservationID != "" {
-			if r := a.Reservation(); r != "" {
+			if r := a.Reservation(); r != nil {
 				e.pending[d.ReservationID] = r
 			}
 		}
@@ -239,16 +239,11 @@ func (e *Engine) apply(ev *decisionlog.Event, at time.Time) {
 }
 
 func (e *Engine) settle(s *decisionlog.Settlement) {
-	enc, ok := e.pending[s.ReservationID]
+	r, ok := e.pending[s.ReservationID]
 	if !ok {
 		return
 	}
 	delete(e.pending, s.ReservationID)
-	r, err := reservation.Decode(enc)
-	if err != nil {
-		e.report.Errors++ // not reached: the filter encoded it
-		return
-	}
 	e.report.Settled++
 	e.rec.Settle(r, reconcile.Response{Status: s.Status, Local: s.Local, Found: s.Found,
 		Usage: provider.Usage{Input: s.Input, Output: s.Output, CacheRead: s.CacheRead, CacheWrite: s.CacheWrite, Total: s.Total}})
