@@ -64,7 +64,7 @@ func TestServeDecisionLogThenReplay(t *testing.T) {
 	var rep struct {
 		Decisions int64 `json:"decisions"`
 		Rows      []struct {
-			Rule, Tenant            string
+			Rule, Tenant          string
 			Allowed, Held, Denied int64
 		} `json:"rows"`
 	}
