@@ -8,19 +8,6 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 )
 
-const benchLimits = `
-tenant: {source: header, header: x-tenant-id}
-rules:
-  - name: per-tenant
-    per: [tenant]
-    tokens: {limit: 1200000, period: minute}
-    requests: {limit: 600, period: minute}
-    max_wait: 500ms
-  - name: per-model
-    per: [model]
-    tokens: {limit: 5000000, period: minute}
-`
-
 // BenchmarkReplay replays 10 minutes of generated traffic at 100 requests a second (60,000
 // decisions and their settlements) per op; decisions/s is the figure docs/performance.md quotes.
 func BenchmarkReplay(b *testing.B) {
@@ -30,7 +17,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := config.Parse([]byte(benchLimits), "bench.yaml")
+	c, err := config.Load("testdata/bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}

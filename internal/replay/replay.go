@@ -3,7 +3,6 @@ package replay
 import (
 	"bufio"
 	"bytes"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -157,25 +156,25 @@ func (e *Engine) Add(ev *decisionlog.Event) {
 		q = &queued{}
 	}
 	q.at, q.seq, q.ev, q.next = t, e.seq, *ev, nil
-	heap.Push(&e.queue, q)
+	e.queue.push(q)
 	if t.After(e.latest) {
 		e.latest = t
 	}
-	for e.queue.Len() > 0 && e.queue[0].at.Before(e.latest.Add(-e.opts.Window)) {
+	for e.queue.len() > 0 && e.queue.first().at.Before(e.latest.Add(-e.opts.Window)) {
 		e.pop()
 	}
 }
 
 // pop replays the earliest queued event and recycles its slot.
 func (e *Engine) pop() {
-	q := heap.Pop(&e.queue).(*queued)
+	q := e.queue.pop()
 	e.apply(&q.ev, q.at)
 	q.next, e.free = e.free, q
 }
 
 // Finish replays what is still queued and returns the report.
 func (e *Engine) Finish() *Report {
-	for e.queue.Len() > 0 {
+	for e.queue.len() > 0 {
 		e.pop()
 	}
 	e.report.finish()
@@ -257,22 +256,38 @@ type queued struct {
 	next *queued
 }
 
-type events []*queued
-
-func (q events) Len() int { return len(q) }
-func (q events) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
-	}
-	return q[i].seq < q[j].seq
+// events are the queued events in time order (recorded order breaking ties): a log is nearly
+// sorted, so an event is appended, or moved back past the few later ones before it.
+type events struct {
+	q    []*queued
+	head int
 }
-func (q events) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *events) Push(x any)   { *q = append(*q, x.(*queued)) }
-func (q *events) Pop() any {
-	old := *q
-	n := len(old) - 1
-	x := old[n]
-	*q = old[:n]
+
+func (q *events) len() int       { return len(q.q) - q.head }
+func (q *events) first() *queued { return q.q[q.head] }
+func before(a, b *queued) bool {
+	if !a.at.Equal(b.at) {
+		return a.at.Before(b.at)
+	}
+	return a.seq < b.seq
+}
+
+func (q *events) push(x *queued) {
+	if q.head > 0 && q.head >= len(q.q)/2 {
+		n := copy(q.q, q.q[q.head:])
+		clear(q.q[n:])
+		q.q, q.head = q.q[:n], 0
+	}
+	q.q = append(q.q, x)
+	for i := len(q.q) - 1; i > q.head && before(x, q.q[i-1]); i-- {
+		q.q[i], q.q[i-1] = q.q[i-1], x
+	}
+}
+
+func (q *events) pop() *queued {
+	x := q.q[q.head]
+	q.q[q.head] = nil
+	q.head++
 	return x
 }
 
