@@ -207,7 +207,7 @@ func (l *Log) rotate() {
 	if l.opts.Keep == 0 {
 		l.fail(os.Remove(p))
 	} else {
-		os.Remove(p + "." + strconv.Itoa(l.opts.Keep)) //nolint:errcheck // absent until Keep rotations
+		os.Remove(p + "." + strconv.Itoa(l.opts.Keep)) // absent until Keep rotations happened
 		for i := l.opts.Keep - 1; i >= 1; i-- {
 			from := p + "." + strconv.Itoa(i)
 			if _, err := os.Stat(from); err == nil {
