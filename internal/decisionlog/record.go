@@ -229,7 +229,12 @@ func Parse(line []byte, ev *Event) error { return (*Strings)(nil).Parse(line, ev
 // Strings keeps one copy of each short string value read (provider, model, tenant, rules...),
 // so that a long log's repeated values are not allocated again on every line. The zero value
 // is ready; it is not safe for concurrent use.
-type Strings struct{ m map[string]string }
+type Strings struct {
+	m map[string]string
+	// last is the latest value of each of a few fields, tried before m: most lines repeat
+	// their neighbours' provider, API, path, class and outcome.
+	last [8]string
+}
 
 // maxInterned bounds what Strings keeps: beyond it, values are allocated as Parse does.
 const maxInterned = 1 << 16
@@ -259,7 +264,7 @@ func (s *Strings) Parse(line []byte, ev *Event) error {
 			p.space()
 		}
 		p.seen = true
-		key, ok := p.str()
+		key, ok := p.key()
 		if !ok {
 			return p.fail("want a key")
 		}
@@ -270,7 +275,7 @@ func (s *Strings) Parse(line []byte, ev *Event) error {
 		p.space()
 		d, s := &ev.Decision, &ev.Settlement
 		var err error
-		switch key {
+		switch string(key) {
 		case "ev":
 			kind, err = p.needStr()
 		case "ts":
@@ -337,7 +342,7 @@ func (s *Strings) Parse(line []byte, ev *Event) error {
 			err = p.skip()
 		}
 		if err != nil {
-			return fmt.Errorf("%w: field %s: %v", ErrSyntax, key, err)
+			return fmt.Errorf("%w: field %s: %v", ErrSyntax, string(key), err)
 		}
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)
@@ -408,6 +413,25 @@ func (p *parser) str() (string, bool) {
 	return "", false
 }
 
+// key reads a field's name in place (the log's names hold no escapes).
+func (p *parser) key() ([]byte, bool) {
+	if !p.eat('"') {
+		return nil, false
+	}
+	start := p.i
+	for p.i < len(p.s) {
+		switch p.s[p.i] {
+		case '"':
+			p.i++
+			return p.s[start : p.i-1], true
+		case '\\':
+			return nil, false
+		}
+		p.i++
+	}
+	return nil, false
+}
+
 // escaped finishes a string holding escapes, from start (just after its quote).
 func (p *parser) escaped(start int) (string, bool) {
 	for p.i < len(p.s) {
@@ -433,7 +457,15 @@ func (p *parser) intern(b []byte) string {
 	if p.strs == nil {
 		return string(b)
 	}
+	last := &p.strs.last
+	for i := range last {
+		if last[i] == string(b) && (len(b) > 0 || i == 0) {
+			return last[i]
+		}
+	}
 	if v, ok := p.strs.m[string(b)]; ok {
+		copy(last[1:], last[:len(last)-1])
+		last[0] = v
 		return v
 	}
 	v := string(b)
@@ -443,6 +475,8 @@ func (p *parser) intern(b []byte) string {
 	if len(p.strs.m) < maxInterned {
 		p.strs.m[v] = v
 	}
+	copy(last[1:], last[:len(last)-1])
+	last[0] = v
 	return v
 }
 
