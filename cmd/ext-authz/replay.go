@@ -18,8 +18,8 @@ import (
 const replayUsage = `usage: ext-authz replay -config LIMITS [flags] FILE...
        ext-authz replay -generate FILE [-rps N] [-duration D] [-tenants-n N] [-seed S]
 Replays decision logs (-decision-log) against LIMITS offline, on a virtual clock, and reports
-per rule, tenant and model what was allowed, held and denied. FILEs are read in order (give the
-rotated files oldest first: FILE.2 FILE.1 FILE).
+per rule, tenant and model what was allowed, held and denied. The FILEs are merged by time:
+rotated files (FILE.2 FILE.1 FILE) and the logs of several replicas alike.
 `
 
 // replayCmd runs the replay command.
@@ -125,16 +125,17 @@ func replayFiles(path string, opts replay.Options, files []string) (*replay.Repo
 	if err != nil {
 		return nil, err
 	}
+	var readers []io.Reader
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
 			return nil, err
 		}
-		err = e.Read(f, name)
-		f.Close()
-		if err != nil {
-			return nil, err
-		}
+		defer f.Close()
+		readers = append(readers, f)
+	}
+	if err := e.Merge(readers, files); err != nil {
+		return nil, err
 	}
 	rep := e.Finish()
 	if rep.Errors > 0 {

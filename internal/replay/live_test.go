@@ -374,3 +374,60 @@ func TestProviderLimits(t *testing.T) {
 		t.Error("an entry without limits accepted")
 	}
 }
+
+// The logs of two replicas, merged by time, replay as the one log they were cut from.
+func TestReplayMergesReplicas(t *testing.T) {
+	t.Parallel()
+	c, err := config.Parse([]byte(liveLimits), "live.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := liveRun(t, c, 600)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replica A made team-0's decisions, B the others'; each settled its own.
+	var a, b bytes.Buffer
+	onA := map[string]bool{}
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var ev decisionlog.Event
+		if err := decisionlog.Parse(line, &ev); err != nil {
+			t.Fatal(err)
+		}
+		toA := ev.Decision.Tenant == "team-0"
+		if ev.IsSettlement {
+			toA = onA[ev.Settlement.ReservationID]
+		} else if toA {
+			onA[ev.Decision.ReservationID] = true
+		}
+		if toA {
+			a.Write(line)
+		} else {
+			b.Write(line)
+		}
+	}
+	if a.Len() == 0 || b.Len() == 0 {
+		t.Fatal("a replica without lines: the test must merge two")
+	}
+	whole, _ := replayFile(t, path, Options{Config: c})
+	e, err := New(Options{Config: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Merge([]io.Reader{&b, &a}, []string{"b", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	merged := e.Finish()
+	for tenant, w := range whole.Tenants {
+		if g := merged.Tenants[tenant]; g == nil || *g != *w {
+			t.Errorf("tenant %s: merged %+v, whole %+v", tenant, g, w)
+		}
+	}
+	if merged.Settled != whole.Settled || merged.Decisions != whole.Decisions {
+		t.Errorf("merged %d decisions and %d settlements, whole %d and %d", merged.Decisions, merged.Settled, whole.Decisions, whole.Settled)
+	}
+}

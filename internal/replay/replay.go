@@ -294,23 +294,65 @@ func (q *events) pop() *queued {
 // Read feeds every line of r to e, in order. A line that does not parse is an error naming its
 // number.
 func (e *Engine) Read(r io.Reader, name string) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var ev decisionlog.Event
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		if err := e.strs.Parse(line, &ev); err != nil {
-			return fmt.Errorf("replay: %s:%d: %w", name, n, err)
-		}
-		e.Add(&ev)
+	return e.Merge([]io.Reader{r}, []string{name})
+}
+
+// Merge feeds the lines of several logs to e, merged by time: the logs of several replicas
+// (each read in its own order, the earliest head line first, the first log breaking ties). A
+// line that does not parse is an error naming its log and number.
+func (e *Engine) Merge(rs []io.Reader, names []string) error {
+	type head struct {
+		sc   *bufio.Scanner
+		ev   decisionlog.Event
+		at   time.Time
+		n    int
+		live bool
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("replay: %s: %w", name, err)
+	heads := make([]*head, len(rs))
+	next := func(i int) error {
+		h := heads[i]
+		for h.sc.Scan() {
+			h.n++
+			line := h.sc.Bytes()
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			if err := e.strs.Parse(line, &h.ev); err != nil {
+				return fmt.Errorf("replay: %s:%d: %w", names[i], h.n, err)
+			}
+			h.at = h.ev.Decision.Time
+			if h.ev.IsSettlement {
+				h.at = h.ev.Settlement.Time
+			}
+			return nil
+		}
+		h.live = false
+		if err := h.sc.Err(); err != nil {
+			return fmt.Errorf("replay: %s: %w", names[i], err)
+		}
+		return nil
 	}
-	return nil
+	for i, r := range rs {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 256<<10), 1<<20)
+		heads[i] = &head{sc: sc, live: true}
+		if err := next(i); err != nil {
+			return err
+		}
+	}
+	for {
+		best := -1
+		for i, h := range heads {
+			if h.live && (best < 0 || h.at.Before(heads[best].at)) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		e.Add(&heads[best].ev)
+		if err := next(best); err != nil {
+			return err
+		}
+	}
 }
