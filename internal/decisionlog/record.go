@@ -48,7 +48,8 @@ type Decision struct {
 	Exact             bool
 	Reason            string
 	Decision, Outcome string
-	// Wait is the hold of a held decision, the advertised retry-after of a denied one.
+	// Wait is the hold of a held decision; for a denied one, the wait until it would fit
+	// (before response.retry_jitter).
 	Wait time.Duration
 	// Rules are the names of the rules that applied, comma-separated; Limit the limit that
 	// refused ("" when none).
