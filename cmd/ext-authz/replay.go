@@ -145,13 +145,17 @@ func replayFiles(path string, opts replay.Options, files []string) (*replay.Repo
 	if err != nil {
 		return nil, err
 	}
-	var readers []io.Reader
+	readers := make([]io.Reader, 0, len(files))
+	defer func() {
+		for _, r := range readers {
+			r.(*os.File).Close()
+		}
+	}()
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
 		readers = append(readers, f)
 	}
 	if err := e.Merge(readers, files); err != nil {
