@@ -268,7 +268,8 @@ class Stack:
     mock_args: list[str]
     replicas: int = 2
     control: bool = False
-    # More ext-authz serve flags, after the harness's own (a later flag wins).
+    # More ext-authz serve flags, after the harness's own (a later flag wins); "{i}" in one is the
+    # replica's number (a file of its own: -decision-log run/decisions-{i}.log).
     replica_args: list[str] = field(default_factory=list)
     # Envoy virtual hosts added to the derived config (routed to the derived clusters, so to the
     # mock): a test's own hosts, such as a provider its limits file declares.
@@ -345,7 +346,7 @@ class Stack:
             # 50 ms (the default) is a production figure; here ~20 processes share 2 cores, and a
             # store timeout would measure the machine, not the product. Still far below the
             # ext_authz timeout (1 s).
-            "-redis-timeout", "250ms", "-log-level", "warn", *self.replica_args], self.dir)
+            "-redis-timeout", "250ms", "-log-level", "warn", *[a.replace("{i}", str(i)) for a in self.replica_args]], self.dir)
         self.procs[f"ext-authz-{i}"] = proc
         return proc
 

@@ -5,6 +5,7 @@
 //	ext-authz check-config FILE        validate a limits file; every problem at once
 //	ext-authz estimate [flags] [FILE]  price a request body and show the rules and buckets it hits
 //	ext-authz check [flags] [FILE]     send one Check to a running server and print the answer
+//	ext-authz replay -config F FILE... replay decision logs against limits offline and report
 //
 // Run `ext-authz COMMAND -h` for the flags of each.
 //

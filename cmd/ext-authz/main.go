@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return estimate(args, stdin, stdout, stderr)
 	case "check":
 		return check(ctx, args, stdin, stdout, stderr)
+	case "replay":
+		return replayCmd(args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -62,6 +64,7 @@ const usage = `usage:
   ext-authz check-config FILE        validate a limits file; every problem at once
   ext-authz estimate [flags] [FILE]  price a request body (FILE or stdin) and show the rules and buckets it hits
   ext-authz check [flags] [FILE]     send one Check to a running server and print the answer
+  ext-authz replay -config F FILE... replay decision logs against limits offline and report
 Run 'ext-authz COMMAND -h' for the flags of each.
 `
 

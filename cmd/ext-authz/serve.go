@@ -40,6 +40,9 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.DurationVar(&o.BreakerOpenFor, "breaker-open-for", 500*time.Millisecond, "how long the breaker stays open before one request probes the store again")
 	fs.DurationVar(&o.CheckTimeout, "check-timeout", time.Second, "the longest one check attempt may take: Envoy's per-try timeout (the ext_authz retry_back_off.max_interval), or its ext_authz timeout if lower; holds and pricing end within it, and a max_wait it cannot honour is rejected; 0: Envoy's grpc-timeout alone")
 	fs.IntVar(&o.PricingSlots, "pricing-slots", 0, "exact counts of large bodies (64 KiB or more) at once; a large body finding none free is priced at its upper bound at once; 0: GOMAXPROCS; -1: unbounded, every body counted exactly however long it takes")
+	fs.StringVar(&o.DecisionLog, "decision-log", envOr("DECISION_LOG", ""), "write one JSON line per decision and per settlement to this file (- for stdout), for ext-authz replay; never a prompt, a body or a credential; empty: off (env DECISION_LOG)")
+	fs.Int64Var(&o.DecisionLogMaxBytes, "decision-log-max-bytes", 100<<20, "rotate the decision log when it reaches this size")
+	fs.IntVar(&o.DecisionLogKeep, "decision-log-keep", 5, "rotated decision log files kept (FILE.1 the newest); 0: none")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", err
 	}

@@ -42,6 +42,7 @@ func main() {
 
 type options struct {
 	addr, store, redisURL, configPath  string
+	decisionLog                        string
 	load                               load
 	rounds                             int
 	body, models                       string
@@ -62,6 +63,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.store, "store", "redis", "store of the in-process service: redis or memory")
 	fs.StringVar(&o.redisURL, "redis-url", "", "Redis of the service and of the evalsha floor; default: start redis-server from PATH")
 	fs.StringVar(&o.configPath, "config", "", "limits file of the in-process service; default: the embedded bench.yaml (2 buckets per request)")
+	fs.StringVar(&o.decisionLog, "decision-log", "", "the in-process service's decision log (as ext-authz -decision-log); empty: off")
 	fs.IntVar(&o.load.concurrency, "c", 64, "concurrent requests (workers)")
 	fs.Float64Var(&o.load.rate, "rate", 0, "fixed arrival rate per second (open loop, at most -c in flight); 0: closed loop")
 	fs.DurationVar(&o.load.duration, "d", 10*time.Second, "measured duration of each run")
@@ -399,7 +401,7 @@ func startService(ctx context.Context, o *options) (stop func(), addr string, er
 	so := server.Options{
 		ConfigPath: cfgPath, GRPCAddr: "127.0.0.1:0", RedisPrefix: "loadgen:",
 		RedisTimeout: o.redisTimeout, RedisPoolSize: o.redisPool, RedisBatch: o.redisBatch, DrainTimeout: time.Second,
-		MaxRecvBytes: config.DefaultMaxRecvBytes,
+		MaxRecvBytes: config.DefaultMaxRecvBytes, DecisionLog: o.decisionLog,
 	}
 	if o.store == "redis" {
 		so.RedisURL = o.redisURL

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -237,5 +239,46 @@ func TestHotPathBenchmarkSmoke(t *testing.T) {
 	})
 	if res.N == 0 {
 		t.Fatal("encode benchmark did not run")
+	}
+}
+
+// BenchmarkDecisionLog is a 1 KB decision without and with a decision log (a real
+// decisionlog.Log writing to a file): what -decision-log adds to the request path.
+func BenchmarkDecisionLog(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		var opts Options
+		var log *decisionlog.Log
+		if on {
+			name = "on"
+			var err error
+			log, err = decisionlog.Open(decisionlog.Options{Path: filepath.Join(b.TempDir(), "decisions.log"), Buffer: 1 << 16})
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts.Recorder = log
+		}
+		e := newEnv(b, benchLimits(b), opts)
+		wire, err := proto.Marshal(benchRequest(b, 1<<10, "t-042"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				a, err := e.f.CheckBytes(context.Background(), wire)
+				if err != nil || a.Decision() != decisionAllowed {
+					b.Fatalf("Check: %v %v", a, err)
+				}
+			}
+		})
+		if log != nil {
+			if err := log.Close(); err != nil {
+				b.Fatal(err)
+			}
+			// Dropping is the log's answer to a writer that cannot keep up; a tight loop of
+			// decisions on the benchmark's cores may outrun it.
+			b.Logf("decision log: %d records dropped", log.Dropped())
+		}
 	}
 }

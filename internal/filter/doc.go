@@ -18,6 +18,7 @@
 // Over the limit is a decision, not an error: a denial is a successful RPC. Only a request that is
 // not HTTP at all, or not valid protobuf, is an RPC error. This package owns every mapping of a
 // decision or an error to the answer; it declares the small interfaces it needs (Limiter,
-// Estimator) and must never be imported by the bucket, tokens, provider or authzwire packages,
-// nor import internal/server.
+// Estimator, and Recorder for the optional decision log, internal/decisionlog) and must never
+// be imported by the bucket, tokens, provider, authzwire or decisionlog packages, nor import
+// internal/server.
 package filter

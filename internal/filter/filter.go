@@ -19,6 +19,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/promptcache"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
@@ -37,6 +38,12 @@ type Limiter interface {
 // Estimator prices a request. *tokens.Pricer implements it.
 type Estimator interface {
 	Estimate(in *tokens.Input) tokens.Estimate
+}
+
+// Recorder receives every decision (internal/decisionlog.Log implements it). Decision must not
+// block, nor keep d, which the filter reuses.
+type Recorder interface {
+	Decision(d *decisionlog.Decision)
 }
 
 // Policy is one configuration with the estimator built from it. The filter swaps whole Policies
@@ -89,6 +96,13 @@ type Options struct {
 	// PricingTimeout is the longest an exact count of a large body may take before its upper
 	// bound answers instead. Default DefaultPricingTimeout.
 	PricingTimeout time.Duration
+	// Recorder, when set, receives every decision, and every reservation gets an id in the
+	// metadata (reservation.MetadataIDKey) that the response path's record names. Default: none,
+	// and no id.
+	Recorder Recorder
+	// Sleep holds a request for max_wait: it waits d or until ctx ends. Default: a timer. A
+	// replay with a virtual clock returns at once.
+	Sleep func(ctx context.Context, d time.Duration) error
 	// PromptCache bounds the memory of the prompt-cache prefixes requests sent, from which
 	// admission expects cache reads (internal/promptcache).
 	PromptCache promptcache.Options
@@ -112,6 +126,10 @@ type Filter struct {
 	pricing atomic.Int64
 	// prompts remembers the prompt-cache prefixes admitted requests sent.
 	prompts *promptcache.Memory
+	// ridPrefix and ridSeq make reservation ids (with Options.Recorder): this process's random
+	// prefix and a counter.
+	ridPrefix string
+	ridSeq    atomic.Uint64
 }
 
 var _ authv3.AuthorizationServer = (*Filter)(nil)
@@ -139,6 +157,9 @@ func New(p *Policy, opts Options) (*Filter, error) {
 	if opts.LeaseID == nil {
 		opts.LeaseID = newLeaseID
 	}
+	if opts.Sleep == nil {
+		opts.Sleep = sleep
+	}
 	if opts.PricingSlots == 0 {
 		opts.PricingSlots = defaultPricingSlots()
 	}
@@ -156,6 +177,9 @@ func New(p *Policy, opts Options) (*Filter, error) {
 			opts.CheckTimeout, opts.StoreTimeout, opts.HoldMargin)
 	}
 	f := &Filter{opts: opts, log: opts.Logger, m: opts.Metrics, prompts: promptcache.New(opts.PromptCache)}
+	if opts.Recorder != nil {
+		f.ridPrefix = newLeaseID() + "-"
+	}
 	f.SetPolicy(p)
 	return f, nil
 }
@@ -323,6 +347,9 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 	pl.result = res
 	pl.debited = res.Outcome == bucket.Allowed || res.Outcome == bucket.Delayed
+	if pl.debited && f.opts.Recorder != nil {
+		pl.rid = f.ridPrefix + strconv.FormatUint(f.ridSeq.Add(1), 16)
+	}
 
 	if pl.shadowAll {
 		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionShadow, 0))), nil
@@ -334,7 +361,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		defer f.held.Add(-1)
 		f.m.holding(1)
 		defer f.m.holding(-1)
-		if err := sleep(ctx, res.Wait); err != nil {
+		if err := f.opts.Sleep(ctx, res.Wait); err != nil {
 			// Envoy gave up on the request: give the reservation back.
 			f.refund(p, &pl.enforced)
 			f.m.error(reasonHoldCanceled)
@@ -818,7 +845,29 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 		}
 		ce.Write(fields...)
 	}
+	if f.opts.Recorder != nil {
+		f.record(start, est, pl, a)
+	}
 	return a
+}
+
+// record gives the decision to the Recorder: what it was made on and what it decided, never
+// what the request said (internal/decisionlog).
+func (f *Filter) record(start time.Time, est *tokens.Estimate, pl *plan, a *Answer) {
+	d := decisionlog.Decision{
+		Time: start, Provider: est.Provider.String(), API: est.API.String(), Model: safeLabel(est.Model),
+		Prompt: est.PromptTokens, Output: est.OutputTokens, OutputUnset: est.OutputUnset, Context: est.Context,
+		Chars: est.Chars, CacheRead: est.CacheRead, Exact: est.Exact, Reason: string(est.Reason),
+		Decision: a.meta.decision, Outcome: decisionlog.OutcomeOf(a.meta.decision), Wait: a.meta.wait,
+	}
+	if pl != nil {
+		d.Path, d.Tenant, d.Priority = pl.path, pl.tenant, pl.priority
+		d.Rules, d.Limit, d.ReservationID = pl.ruleNames(), pl.blocking(), pl.rid
+		if d.Outcome == decisionlog.Denied {
+			d.Wait = pl.result.Wait
+		}
+	}
+	f.opts.Recorder.Decision(&d)
 }
 
 // Explanation is what a request would hit, without debiting anything: for the estimate command.

@@ -65,6 +65,9 @@ type plan struct {
 	debited bool
 	// own: the request carried the operator's own credential (request.own).
 	own bool
+	// path is the request's, without the query string; rid the reservation's id for the
+	// decision log ("" when it is off or nothing was reserved).
+	path, rid string
 	// prof is how the request's provider counts it; cost what it counts in each dimension.
 	prof provider.Profile
 	cost costs
@@ -80,7 +83,7 @@ type plan struct {
 // plan finds the rules that apply to r and the buckets they debit.
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
-	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own,
+	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own, path: r.path,
 		logClearTenant: cfg.LogClearTenant, clock: f.opts.Now}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
 	pl.prof = dialects.Of(est.Provider).Profile(est.Provider, est.Model)

@@ -28,21 +28,31 @@ func needsLease(req *bucket.Request) bool {
 // appendReservation appends the encoding of what the request holds in the shared store, for the
 // response path (internal/reconcile): nothing unless the enforced buckets were debited there.
 func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
-	if !pl.debited || len(pl.enforced.Buckets) == 0 {
+	var buf [8]reservation.Bucket // on the stack: Append keeps nothing of r
+	r, ok := pl.reservation(est, buf[:0])
+	if !ok {
 		return b
 	}
-	var buf [8]reservation.Bucket // on the stack: Append keeps nothing of r
-	r := reservation.Reservation{Tag: pl.enforced.Tag, Lease: pl.enforced.Lease, Model: est.Model,
+	return reservation.Append(b, &r)
+}
+
+// reservation is what the request holds in the shared store, its buckets appended to buf; ok
+// is false unless the enforced buckets were debited there.
+func (pl *plan) reservation(est *tokens.Estimate, buf []reservation.Bucket) (r reservation.Reservation, ok bool) {
+	if !pl.debited || len(pl.enforced.Buckets) == 0 {
+		return r, false
+	}
+	r = reservation.Reservation{Tag: pl.enforced.Tag, Lease: pl.enforced.Lease, Model: est.Model,
 		Prompt: est.PromptTokens, Output: est.OutputTokens, Weight: pl.prof.Weight(), CacheReadsFree: pl.prof.CacheReadsFree,
 		CharsCounted: pl.prof.Counting == provider.MaxOfChars}
-	if n := len(pl.enforced.Buckets); n <= len(buf) {
+	if n := len(pl.enforced.Buckets); n <= cap(buf) {
 		r.Buckets = buf[:n]
 	} else {
 		r.Buckets = make([]reservation.Bucket, n)
 	}
 	for i, s := range pl.enforced.Buckets {
 		b := &r.Buckets[i]
-		b.Spec = s
+		*b = reservation.Bucket{Spec: s}
 		b.Spec.Floor = 0
 		if i < len(pl.owners) {
 			o := &pl.owners[i]
@@ -57,7 +67,7 @@ func (pl *plan) appendReservation(b []byte, est *tokens.Estimate) []byte {
 			}
 		}
 	}
-	return reservation.Append(b, &r)
+	return r, true
 }
 
 // localShare is the buckets of a decision taken from the local fallback store: leases are only

@@ -201,6 +201,20 @@ func (a *Answer) Response() *authv3.CheckResponse {
 	return a.resp
 }
 
+// Reservation is the reservation the answer carries for the response path (what its metadata
+// encodes, internal/reservation), nil when it holds none: what an offline replay settles. It is
+// the caller's.
+func (a *Answer) Reservation() *reservation.Reservation {
+	if a.meta.pl == nil {
+		return nil
+	}
+	r, ok := a.meta.pl.reservation(&a.meta.est, nil)
+	if !ok {
+		return nil
+	}
+	return &r
+}
+
 // Decision is the answer's decision, as in its metadata and metrics ("allowed", "denied"...).
 func (a *Answer) Decision() string { return a.meta.decision }
 
@@ -412,6 +426,9 @@ func (m *metadata) append(b []byte) []byte {
 		var rs [512]byte
 		if r := pl.appendReservation(rs[:0], est); len(r) > 0 {
 			b = authzwire.AppendASCIIField(b, reservation.MetadataKey, r)
+			if pl.rid != "" {
+				b = authzwire.AppendASCIIField(b, reservation.MetadataIDKey, []byte(pl.rid))
+			}
 		}
 		if len(pl.shadow.Buckets) > 0 || pl.shadowAll {
 			o := pl.shadowOutcome

@@ -120,6 +120,16 @@ func (a API) String() string {
 	return "unknown"
 }
 
+// ParseAPI is the API whose String is name; UnknownAPI for any other name.
+func ParseAPI(name string) API {
+	for a := ChatCompletions; a <= StreamGenerateContent; a++ {
+		if a.String() == name {
+			return a
+		}
+	}
+	return UnknownAPI
+}
+
 // Dialect is what one API family tells the limiter. Implementations are stateless values, safe
 // for concurrent use, and allocate only what they return.
 type Dialect interface {

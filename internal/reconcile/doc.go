@@ -41,7 +41,8 @@
 // It owns the reading of a response (its JSON body or its server-sent events, within a bound),
 // the decoding, the settlement rules and the feedback rules. What a provider's usage and
 // rate-limit headers look like is its dialect's (internal/provider/dialects, by the reservation's
-// tag). It declares the Store it needs, imports internal/reservation, internal/bucket and
+// tag). It declares the Store it needs (and the Recorder of the optional decision log, whose
+// settlement records name the reservation's id), imports internal/reservation, internal/bucket and
 // internal/provider, and must never import internal/filter or internal/config (internal/server
 // compiles the Settlement).
 package reconcile

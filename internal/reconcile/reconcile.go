@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -26,6 +27,13 @@ import (
 type Store interface {
 	Adjust(ctx context.Context, tag string, adj []bucket.Adjustment) error
 	Lower(ctx context.Context, tag string, lv []bucket.Level) error
+}
+
+// Recorder receives every settlement of a reservation that carries an id
+// (reservation.MetadataIDKey; internal/decisionlog.Log implements it). Settlement must not
+// block, nor keep r.
+type Recorder interface {
+	Settlement(r *decisionlog.Settlement)
 }
 
 // AttrCodeDetails is the Envoy attribute that tells who answered (ext_proc's
@@ -59,6 +67,10 @@ type Options struct {
 	// decoder's window (gzip and deflate 32 KiB, zstd at most 8 MiB, br at most 16 MiB). Default
 	// 256; a reply beyond it keeps its reservation.
 	MaxDecoders int
+	// Recorder, when set, receives every settlement whose reservation has an id. Default: none.
+	Recorder Recorder
+	// Now is the clock of the settlement records. Default time.Now.
+	Now func() time.Time
 }
 
 // Server serves envoy.service.ext_proc.v3.ExternalProcessor. It is safe for concurrent use.
@@ -94,6 +106,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxDecoders <= 0 {
 		opts.MaxDecoders = 256
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	set := DefaultSettlement()
 	if opts.Settlement != nil {
 		set = *opts.Settlement
@@ -117,7 +132,9 @@ func (s *Server) SetSettlement(set Settlement) error {
 
 // stream is the state of one HTTP request's response path.
 type stream struct {
-	res       *reservation.Reservation
+	res *reservation.Reservation
+	// rid is the reservation's id for the decision log ("" when none).
+	rid       string
 	malformed bool // the reservation could not be read (reported once)
 	rep       report
 	body      parser
@@ -173,7 +190,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			return err
 		}
 		if st.res == nil && !st.malformed {
-			res, err := reservationOf(req.GetMetadataContext())
+			res, rid, err := reservationOf(req.GetMetadataContext())
 			if err != nil {
 				// Nothing can be settled: the reservation stays as charged and a lease expires
 				// after its lease_ttl. Only a writer of another version or a bug gets here.
@@ -182,7 +199,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				s.log.Warn("reconcile: reservation not readable, nothing settled",
 					zap.String("reason", string(reasonMalformed)), zap.Error(err))
 			}
-			st.res = res
+			st.res, st.rid = res, rid
 			if st.res != nil && st.res.Lease != "" {
 				s.m.leaseHeld(1)
 			}
@@ -376,14 +393,35 @@ func codeDetails(attrs map[string]*structpb.Struct) (string, bool) {
 }
 
 // reservationOf decodes the reservation from the forwarded ext_authz metadata (nil when absent:
-// an unlimited, denied or shadow-only request).
-func reservationOf(md *corev3.Metadata) (*reservation.Reservation, error) {
+// an unlimited, denied or shadow-only request), with its id for the decision log ("" when none).
+func reservationOf(md *corev3.Metadata) (*reservation.Reservation, string, error) {
 	ns := md.GetFilterMetadata()[reservation.MetadataNamespace]
 	v, ok := ns.GetFields()[reservation.MetadataKey]
 	if !ok {
-		return nil, nil
+		return nil, "", nil
 	}
-	return reservation.Decode(v.GetStringValue())
+	r, err := reservation.Decode(v.GetStringValue())
+	return r, ns.GetFields()[reservation.MetadataIDKey].GetStringValue(), err
+}
+
+// Response is how a reservation's response ended, for Settle.
+type Response struct {
+	// Status is the response's HTTP status; 0: the stream ended before any response.
+	Status int
+	// Local: Envoy answered itself (a timeout, a reset), not the provider.
+	Local bool
+	// Usage is what the provider reported, when Found.
+	Usage provider.Usage
+	Found bool
+}
+
+// Settle settles r for a response that ended as resp, exactly as Process settles a stream (its
+// provider feedback aside): for an offline replay of recorded settlements. It is safe for
+// concurrent use.
+func (s *Server) Settle(r *reservation.Reservation, resp Response) {
+	st := &stream{res: r, set: s.set.Load(), responded: resp.Status != 0}
+	st.rep.status, st.rep.local = resp.Status, resp.Local
+	s.settle(st, resp.Usage, resp.Found)
 }
 
 // dialectOf is the dialect of the provider r was reserved for (its tag): the format of the
@@ -456,6 +494,17 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		result = resultUsage
 	}
 	provider := r.Tag
+	if s.opts.Recorder != nil && st.rid != "" {
+		rec := decisionlog.Settlement{Time: s.opts.Now(), ReservationID: st.rid, Provider: r.Tag, Model: r.Model,
+			Status: status, Local: st.rep.local, Found: found}
+		if !st.responded {
+			rec.Status = 0
+		}
+		if found {
+			rec.Input, rec.Output, rec.CacheRead, rec.CacheWrite, rec.Total = u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Total
+		}
+		s.opts.Recorder.Settlement(&rec)
+	}
 	actual := counted(r, u)
 	if found && !failed {
 		if b, why := st.set.bound(r.Prompt + r.Output*max(r.Weight, 1)); actual.max() > b {

@@ -18,6 +18,11 @@ const MetadataNamespace = "envoy.filters.http.ext_authz"
 // MetadataKey is the field of the ext_authz dynamic metadata that holds the encoded reservation.
 const MetadataKey = "reservation"
 
+// MetadataIDKey is the field of the ext_authz dynamic metadata that names the reservation for the
+// decision log (internal/decisionlog): present only while the log is on, so that the response
+// path's settlement record is tied to its decision.
+const MetadataIDKey = "reservation_id"
+
 // Bucket kinds: what a reserved bucket counts. The check path names its buckets with the same
 // letters.
 const (

@@ -28,6 +28,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 )
@@ -78,6 +79,11 @@ type Options struct {
 	// PricingSlots is filter.Options.PricingSlots: exact counts of large bodies at once (0:
 	// GOMAXPROCS; negative: unbounded, always exact).
 	PricingSlots int
+	// DecisionLog is the file the decision log writes ("-": stdout; empty: no log), rotated at
+	// DecisionLogMaxBytes with DecisionLogKeep old files kept (internal/decisionlog).
+	DecisionLog         string
+	DecisionLogMaxBytes int64
+	DecisionLogKeep     int
 }
 
 // store is what the service needs of a bucket store.
@@ -114,6 +120,8 @@ type Server struct {
 	redis *bucket.Redis
 	// replicas discovers the live replicas through Redis; nil with the in-memory store.
 	replicas *replicas
+	// decisions is the decision log; nil when off.
+	decisions *decisionlog.Log
 }
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
@@ -175,6 +183,17 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
 
+	var frec filter.Recorder
+	var rrec reconcile.Recorder
+	if o.DecisionLog != "" {
+		s.decisions, err = decisionlog.Open(decisionlog.Options{Path: o.DecisionLog, MaxBytes: o.DecisionLogMaxBytes,
+			Keep: o.DecisionLogKeep, Registerer: s.reg})
+		if err != nil {
+			return nil, err
+		}
+		frec, rrec = s.decisions, s.decisions
+		log.Info("decision log", zap.String("path", o.DecisionLog))
+	}
 	s.breaker = filter.NewBreaker(s.store, filter.BreakerOptions{
 		Failures: o.BreakerFailures, OpenFor: o.BreakerOpenFor, Logger: log, Registerer: s.reg,
 	})
@@ -188,6 +207,7 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		StoreTimeout: 2 * o.RedisTimeout,
 		CheckTimeout: o.CheckTimeout,
 		PricingSlots: o.PricingSlots,
+		Recorder:     frec,
 	})
 	if err != nil {
 		return nil, err
@@ -215,7 +235,8 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.rec, err = reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg), Settlement: &set})
+	s.rec, err = reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg), Settlement: &set,
+		Recorder: rrec})
 	if err != nil {
 		return nil, err
 	}
@@ -248,10 +269,24 @@ func (s *Server) release() error {
 	if s.grpc != nil {
 		s.grpc.Stop()
 	}
+	s.closeDecisions()
 	if s.closer != nil {
 		return s.closer()
 	}
 	return nil
+}
+
+// closeDecisions writes out and closes the decision log, once the checks are done.
+func (s *Server) closeDecisions() {
+	if s.decisions == nil {
+		return
+	}
+	if err := s.decisions.Close(); err != nil {
+		s.log.Warn("decision log", zap.Error(err))
+	}
+	if n := s.decisions.Dropped(); n > 0 {
+		s.log.Warn("decision log: records dropped (buffer full)", zap.Uint64("dropped", n))
+	}
 }
 
 // GRPCOptions are the service's gRPC server settings, shared with the load tool's no-op floor
@@ -355,6 +390,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.replicas != nil {
 		s.replicas.leave()
 	}
+	s.closeDecisions()
 	s.log.Info("stopped")
 	return err
 }
