@@ -13,8 +13,9 @@ import (
 //
 //   - Claude on Vertex AI: POST /{version}/projects/{p}/locations/{l}/publishers/anthropic/
 //     models/{model}:rawPredict answers an Anthropic Messages response, :streamRawPredict its
-//     server-sent events. The body is a Messages request with "anthropic_version":
-//     "vertex-2023-10-16" and no "model", the model being in the path
+//     server-sent events. The body is a Messages request with an "anthropic_version" (the page
+//     writes "vertex-2023-10-16"; the anthropic SDK's AnthropicVertex sends its own API
+//     version, anthropic/lib/vertex/_client.py) and no "model", the model being in the path
 //     (https://cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude). Vertex's
 //     Claude quotas are per model, in requests and input tokens a minute (same page, "Quotas"):
 //     the Gemini meters, keyed vertex/{model}, count them.
@@ -26,8 +27,6 @@ import (
 //
 // Over a limit both answer Google's google.rpc.Status 429, as Vertex AI and the Gemini API do
 // for their quotas whatever the dialect of the body.
-
-const vertexAnthropicVersion = "vertex-2023-10-16"
 
 // vertexClaudeCall splits /.../publishers/anthropic/models/{model}:{method} with method
 // rawPredict or streamRawPredict; ok is false for any other path.
@@ -73,8 +72,8 @@ func (s *Server) vertexClaude(w http.ResponseWriter, r *http.Request, model stri
 	if err == nil {
 		var v string
 		switch json.Unmarshal(fields["anthropic_version"], &v); {
-		case v != vertexAnthropicVersion:
-			err = fmt.Errorf("anthropic_version: want %q, got %q", vertexAnthropicVersion, v)
+		case v == "":
+			err = fmt.Errorf("anthropic_version: Field required")
 		case fields["model"] != nil:
 			err = fmt.Errorf("model: Extra inputs are not permitted")
 		}

@@ -43,7 +43,7 @@ func TestVertexClaudeAnswersMessagesUnderVertexQuotas(t *testing.T) {
 		t.Fatalf("third: %d %s", resp.StatusCode, b)
 	}
 
-	// A body naming its model, or without Vertex's anthropic_version, is refused.
+	// A body naming its model, or without an anthropic_version, is refused.
 	for _, bad := range []string{
 		`{"anthropic_version":"vertex-2023-10-16","model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
 		`{"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
