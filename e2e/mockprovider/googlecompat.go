@@ -71,7 +71,8 @@ func (s *Server) vertexClaude(w http.ResponseWriter, r *http.Request, model stri
 	}
 	if err == nil {
 		var v string
-		switch json.Unmarshal(fields["anthropic_version"], &v); {
+		_ = json.Unmarshal(fields["anthropic_version"], &v) // absent or not a string: ""
+		switch {
 		case v == "":
 			err = fmt.Errorf("anthropic_version: Field required")
 		case fields["model"] != nil:
