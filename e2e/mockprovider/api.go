@@ -110,6 +110,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/gemini/clock" && s.Gemini != nil:
 		s.geminiClock(w, r)
 	case r.Method == http.MethodPost && geminiHost(r.Host) && s.Gemini != nil:
+		if model, stream, ok := vertexClaudeCall(r.URL.EscapedPath()); ok && !strings.HasPrefix(strings.ToLower(r.Host), "generativelanguage.") {
+			s.vertexClaude(w, r, model, stream)
+			return
+		}
+		if geminiCompatPath(r.URL.Path) && strings.HasPrefix(strings.ToLower(r.Host), "generativelanguage.") {
+			s.geminiCompat(w, r)
+			return
+		}
 		model, method, ok := geminiCall(r.URL.EscapedPath())
 		if !ok {
 			geminiError(w, http.StatusNotFound, "NOT_FOUND", fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))

@@ -15,7 +15,9 @@
 // accounting: -azure-tpm, -azure-rpm, -azure-rpm-window; azure.go), and on the Amazon Bedrock
 // runtime's hosts /model/{modelId}/converse and /invoke-with-response-stream, on the Gemini API's
 // and Vertex AI's hosts models/{model}:generateContent and :streamGenerateContent (under Google's
-// accounting: -gemini-tpm, -gemini-rpm, -gemini-rpd; gemini.go) and GET and POST /gemini/clock
+// accounting: -gemini-tpm, -gemini-rpm, -gemini-rpd; gemini.go), Claude on Vertex AI's
+// publishers/anthropic/models/{model}:rawPredict and :streamRawPredict and the Gemini API's
+// /v1beta/openai/chat/completions under the same accounting (googlecompat.go), and GET and POST /gemini/clock
 // (the clock of its requests per day); GET /v1/models,
 // /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
