@@ -41,12 +41,16 @@ def _rule(name: str, match: str) -> str:
 """
 
 
+def _lines(stack: h.Stack) -> list[str]:
+    """Every replica's metrics lines: Envoy sends each response's ext_proc stream to either."""
+    out = []
+    for i in range(stack.replicas):
+        out += h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode().splitlines()
+    return out
+
+
 def _metric(stack: h.Stack, prefix: str) -> float:
-    total = 0.0
-    for line in h.http_get(f"http://127.0.0.1:{stack.ports['admin-0']}/metrics")[1].decode().splitlines():
-        if line.startswith(prefix):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sum(float(line.rsplit(" ", 1)[1]) for line in _lines(stack) if line.startswith(prefix))
 
 
 def _settled(stack: h.Stack, provider: str, n: int) -> tuple[float, float]:
@@ -56,8 +60,7 @@ def _settled(stack: h.Stack, provider: str, n: int) -> tuple[float, float]:
     try:
         h.wait_until(lambda: _metric(stack, usage) >= n, 20, f"{n} {provider} responses settled from usage")
     except TimeoutError:
-        lines = h.http_get(f"http://127.0.0.1:{stack.ports['admin-0']}/metrics")[1].decode().splitlines()
-        raise AssertionError([x for x in lines if x.startswith("llm_ratelimit_reconcile")]) from None
+        raise AssertionError([x for x in _lines(stack) if x.startswith("llm_ratelimit_reconcile")]) from None
     refund = _metric(stack, f'llm_ratelimit_reconciled_tokens_total{{dimension="output_tokens",direction="refund",provider="{provider}"}}')
     return _metric(stack, usage), refund
 
