@@ -3,15 +3,21 @@
 Two ext-authz replicas on one Redis, each with its own -decision-log, behind the shipped
 envoy.yaml and the mock provider (billing actual usage, so that the response path settles).
 Requests go through Envoy one after the other; then `ext-authz replay` runs both replicas' logs,
-merged, against the same limits and must find what Envoy's clients saw: the same number
-allowed and denied (within 2%: the live run's clock is Redis's, the replay's the recorded
-times), every admitted request's settlement applied, and no key or prompt in the logs.
+merged, against the same limits and must find what Envoy's clients saw: the same outcome for at
+least 95% of the requests, the totals within 2% (the live run's clock is Redis's, the replay's
+the recorded times), and no key or prompt in the logs.
+
+The client pauses a few milliseconds after each response. The response path settles in
+observability mode, as the response passes (docs/decisions.md): a next request sent at once
+races its predecessor's refund in the live run itself, and whichever reached Redis first
+decided; the log orders them by when the store answered each, which such a race can invert.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 import urllib.request
 
 import pytest
@@ -24,6 +30,7 @@ RUN_DIR = report.REPORT_DIR / "run"
 KEY = "sk-replay-secret-key"
 PROMPT = "a replayed prompt that must never be written"
 N = 60
+PAUSE = 0.005
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +70,10 @@ def _post(stack: h.Stack, body: bytes) -> int:
 def test_replay_reproduces_recorded_run(stack):
     body = json.dumps({"model": sc.OPENAI_MODEL, "messages": [{"role": "user", "content": PROMPT}],
                        "max_tokens": 400}).encode()
-    statuses = [_post(stack, body) for _ in range(N)]
+    statuses = []
+    for _ in range(N):
+        statuses.append(_post(stack, body))
+        time.sleep(PAUSE)
     allowed, denied = statuses.count(200), statuses.count(429)
     assert allowed + denied == N, statuses
     assert allowed > 0 and denied > 0, f"{allowed} allowed, {denied} denied: the run must do both"
@@ -73,15 +83,20 @@ def test_replay_reproduces_recorded_run(stack):
     logs = [stack.dir / f"decisions-{i}.log" for i in range(2)]
     text = "".join(p.read_text() for p in logs if p.exists())
     assert text.count('"ev":"decision"') == N, text[:2000]
+    assert text.count('"ev":"settlement"') == allowed, text[:2000]
     assert KEY not in text and "replay-secret" not in text and PROMPT not in text
     out = subprocess.run([str(h.BIN / "ext-authz"), "replay", "-config", str(stack.dir / "limits.yaml"), "-json",
                           *[str(p) for p in logs if p.exists()]], capture_output=True, text=True, timeout=120, check=True)
     rep = json.loads(out.stdout)
     got_admitted = sum(r["allowed"] + r["held"] for r in rep["rows"])
     got_denied = sum(r["denied"] for r in rep["rows"])
+    # Every request admitted live has its settlement in the log, so the recorded settlements the
+    # replay applied are the requests both admitted; the rest of either side's admissions differ.
+    both = rep["settled"]
+    differ = (allowed - both) + (got_admitted - both)
     print(f"live: {allowed} allowed, {denied} denied; replay: {got_admitted} admitted, {got_denied} denied, "
-          f"{rep['settled']} settlements applied")
+          f"{both} settlements applied, {rep['modelled']} modelled; {differ} of {N} outcomes differ")
     assert rep["decisions"] == N
+    assert differ <= 0.05 * N, (differ, N)
     assert abs(got_admitted - allowed) <= max(1, 0.02 * N), (got_admitted, allowed)
     assert abs(got_denied - denied) <= max(1, 0.02 * N), (got_denied, denied)
-    assert rep["settled"] >= min(got_admitted, allowed) - 1

@@ -30,7 +30,9 @@ func OutcomeOf(decision string) string {
 
 // Decision is one decision of the request path.
 type Decision struct {
-	// Time is when the check arrived (before any hold).
+	// Time is when the shared store answered the decision's take (before any hold): the
+	// closest instant to the one the buckets changed, which a replay orders by. A decision no
+	// store answered (an unknown route, the fallback, the store down) has the check's arrival.
 	Time time.Time
 	// Provider, API and Model are the request's, as priced; Path is its path without the query.
 	Provider, API, Model, Path string
@@ -58,8 +60,11 @@ type Decision struct {
 	ReservationID string
 }
 
-// Settlement is one response settled on the response path.
+// Settlement is one response settled on the response path, recorded once the store applied it
+// (a settlement the store failed to apply is not recorded: its reservation stayed).
 type Settlement struct {
+	// Time is when the store answered the settlement's adjustment (when there was none, when
+	// the response ended).
 	Time          time.Time
 	ReservationID string
 	Provider      string

@@ -322,7 +322,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 
 	// Shadow buckets are counted apart so that they never block the enforced ones.
 	if len(pl.shadow.Buckets) > 0 {
-		if res, err := f.take(ctx, p, &pl.shadow); err == nil {
+		if res, _, err := f.take(ctx, p, &pl.shadow); err == nil {
 			pl.shadowOutcome = res.Outcome
 		}
 	}
@@ -338,14 +338,14 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		pl.enforced.MaxWait = f.holdable(f.attemptDeadline(ctx, start), pl.enforced.MaxWait, p.Config.File.MaxHeld)
 		held = pl.enforced.MaxWait > 0
 	}
-	res, err := f.take(ctx, p, &pl.enforced)
+	res, decided, err := f.take(ctx, p, &pl.enforced)
 	if held && (err != nil || res.Outcome != bucket.Delayed) {
 		f.held.Add(-1)
 	}
 	if err != nil {
 		return f.storeFailed(ctx, start, p, &est, pl, err)
 	}
-	pl.result = res
+	pl.result, pl.decided = res, decided
 	pl.debited = res.Outcome == bucket.Allowed || res.Outcome == bucket.Delayed
 	if pl.debited && f.opts.Recorder != nil {
 		pl.rid = f.ridPrefix + strconv.FormatUint(f.ridSeq.Add(1), 16)
@@ -680,9 +680,10 @@ func marshal(req *authv3.CheckRequest) ([]byte, error) {
 	return data, nil
 }
 
-// take runs one Take on the shared store and records its latency and health. A circuit
-// breaker in front of the store may answer instead (errBreakerOpen): no store call to record.
-func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (bucket.Result, error) {
+// take runs one Take on the shared store and records its latency and health; decided is when
+// the store answered. A circuit breaker in front of the store may answer instead
+// (errBreakerOpen): no store call to record.
+func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (res bucket.Result, decided time.Time, err error) {
 	t0 := f.opts.Now()
 	sctx := ctx
 	if f.opts.StoreTimeout > 0 {
@@ -690,16 +691,16 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (buck
 		sctx, cancel = context.WithTimeout(ctx, f.opts.StoreTimeout)
 		defer cancel()
 	}
-	res, err := f.opts.Limiter.Take(sctx, req)
+	res, err = f.opts.Limiter.Take(sctx, req)
 	if err == errBreakerOpen {
-		return res, err
+		return res, t0, err
 	}
 	t1 := f.opts.Now()
 	f.m.store("take", t1.Sub(t0), err)
 	if err == nil {
 		f.storeOK.Store(t1.UnixNano())
 	}
-	return res, err
+	return res, t1, err
 }
 
 // holdable returns how long a request may be held: at most want, and short enough that the
@@ -861,6 +862,9 @@ func (f *Filter) record(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 		Decision: a.meta.decision, Outcome: decisionlog.OutcomeOf(a.meta.decision), Wait: a.meta.wait,
 	}
 	if pl != nil {
+		if !pl.decided.IsZero() {
+			d.Time = pl.decided
+		}
 		d.Path, d.Tenant, d.Priority = pl.path, pl.tenant, pl.priority
 		d.Rules, d.Limit, d.ReservationID = pl.ruleNames(), pl.blocking(), pl.rid
 		if d.Outcome == decisionlog.Denied {

@@ -61,6 +61,8 @@ type plan struct {
 	shadowOutcome bucket.Outcome
 	local         bool
 	result        bucket.Result
+	// decided is when the shared store answered the enforced buckets' take (zero before).
+	decided time.Time
 	// debited is true once the shared store debited the enforced buckets (the reservation).
 	debited bool
 	// own: the request carried the operator's own credential (request.own).

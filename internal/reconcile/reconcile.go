@@ -30,8 +30,8 @@ type Store interface {
 }
 
 // Recorder receives every settlement of a reservation that carries an id
-// (reservation.MetadataIDKey; internal/decisionlog.Log implements it). Settlement must not
-// block, nor keep r.
+// (reservation.MetadataIDKey; internal/decisionlog.Log implements it), once the store applied
+// it. Settlement must not block, nor keep r.
 type Recorder interface {
 	Settlement(r *decisionlog.Settlement)
 }
@@ -494,17 +494,6 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		result = resultUsage
 	}
 	provider := r.Tag
-	if s.opts.Recorder != nil && st.rid != "" {
-		rec := decisionlog.Settlement{Time: s.opts.Now(), ReservationID: st.rid, Provider: r.Tag, Model: r.Model,
-			Status: status, Local: st.rep.local, Found: found}
-		if !st.responded {
-			rec.Status = 0
-		}
-		if found {
-			rec.Input, rec.Output, rec.CacheRead, rec.CacheWrite, rec.Total = u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Total
-		}
-		s.opts.Recorder.Settlement(&rec)
-	}
 	actual := counted(r, u)
 	if found && !failed {
 		if b, why := st.set.bound(r.Prompt + r.Output*max(r.Weight, 1)); actual.max() > b {
@@ -574,6 +563,9 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			return
 		}
 	}
+	if s.opts.Recorder != nil && st.rid != "" {
+		s.record(st, u, found)
+	}
 	s.m.reconciled(provider, &refund, &overage)
 	if found && !failed {
 		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
@@ -582,6 +574,20 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),
 			zap.Int64("estimate", r.Prompt+r.Output), zap.Int64("actual", actual[providerTokens]), zap.Int("status", status))
 	}
+}
+
+// record gives the settlement the store applied to the Recorder, stamped with the store's answer.
+func (s *Server) record(st *stream, u provider.Usage, found bool) {
+	r := st.res
+	rec := decisionlog.Settlement{Time: s.opts.Now(), ReservationID: st.rid, Provider: r.Tag, Model: r.Model,
+		Status: st.rep.status, Local: st.rep.local, Found: found}
+	if !st.responded {
+		rec.Status = 0
+	}
+	if found {
+		rec.Input, rec.Output, rec.CacheRead, rec.CacheWrite, rec.Total = u.Input, u.Output, u.CacheRead, u.CacheWrite, u.Total
+	}
+	s.opts.Recorder.Settlement(&rec)
 }
 
 // release retries, alone, the lease releases of a failed Adjust: a slot that stays taken costs the

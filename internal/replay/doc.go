@@ -3,6 +3,10 @@
 // real decision code (internal/filter with the in-memory store of internal/bucket, unchanged)
 // at its recorded time on a virtual clock, and every recorded settlement through
 // internal/reconcile's settlement, so that the budgets evolve as they would have.
+// A request the live limits refused and the replayed ones admit has no recorded settlement; it
+// is settled as the recorded ones of its provider and model were on average (usage as fractions
+// of what was priced, after their mean latency), counted apart, so that a what-if with wider
+// limits does not keep such reservations for ever.
 //
 // Pricing is not run again: the log carries the priced dimensions of each request (prompt,
 // output reserved, whether exact and why not), and an Estimator returns them. The tenant and

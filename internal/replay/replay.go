@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"time"
 
@@ -44,24 +45,26 @@ type Options struct {
 
 // Engine replays events given in recorded order. It is not safe for concurrent use.
 type Engine struct {
-	opts    Options
-	filter  *filter.Filter
-	rec     *reconcile.Server
-	est     *recorded
-	got     decisionlog.Decision
-	clock   time.Time
-	enc     encoder
-	leases  uint64
-	pending map[string]*reservation.Reservation // reservation id -> the replay's reservation
-	queue   events
-	free    *queued
-	strs    decisionlog.Strings
-	seq     uint64
-	latest  time.Time
-	t0      time.Time
-	started bool
-	report  *Report
-	prov    *providerSim
+	opts     Options
+	filter   *filter.Filter
+	rec      *reconcile.Server
+	est      *recorded
+	got      decisionlog.Decision
+	clock    time.Time
+	enc      encoder
+	leases   uint64
+	pending  map[string]pending // reservation id -> the replay's reservation
+	models   map[modelKey]*usageModel
+	modelled uint64
+	queue    events
+	free     *queued
+	strs     decisionlog.Strings
+	seq      uint64
+	latest   time.Time
+	t0       time.Time
+	started  bool
+	report   *Report
+	prov     *providerSim
 }
 
 // New returns an Engine for opts.
@@ -78,7 +81,8 @@ func New(opts Options) (*Engine, error) {
 	if opts.Window <= 0 {
 		opts.Window = 2 * time.Second
 	}
-	e := &Engine{opts: opts, est: &recorded{}, pending: map[string]*reservation.Reservation{}, report: newReport(opts.Config)}
+	e := &Engine{opts: opts, est: &recorded{}, pending: map[string]pending{},
+		models: map[modelKey]*usageModel{}, report: newReport(opts.Config)}
 	now := func() time.Time { return e.clock }
 	store := bucket.NewMemory(bucket.MemoryOptions{Now: now})
 	var err error
@@ -148,6 +152,17 @@ func (e *Engine) Add(ev *decisionlog.Event) {
 	} else {
 		ev.Decision.Time = t
 	}
+	e.enqueue(ev, t)
+	if t.After(e.latest) {
+		e.latest = t
+	}
+	for e.queue.len() > 0 && e.queue.first().at.Before(e.latest.Add(-e.opts.Window)) {
+		e.pop()
+	}
+}
+
+// enqueue queues ev at t, after the events queued before it at t.
+func (e *Engine) enqueue(ev *decisionlog.Event, t time.Time) {
 	e.seq++
 	q := e.free
 	if q != nil {
@@ -157,12 +172,6 @@ func (e *Engine) Add(ev *decisionlog.Event) {
 	}
 	q.at, q.seq, q.ev, q.next = t, e.seq, *ev, nil
 	e.queue.push(q)
-	if t.After(e.latest) {
-		e.latest = t
-	}
-	for e.queue.len() > 0 && e.queue.first().at.Before(e.latest.Add(-e.opts.Window)) {
-		e.pop()
-	}
 }
 
 // pop replays the earliest queued event and recycles its slot.
@@ -222,9 +231,12 @@ func (e *Engine) apply(ev *decisionlog.Event, at time.Time) {
 	admitted := got.Outcome != decisionlog.Denied
 	var provider429 bool
 	if admitted {
-		if d.ReservationID != "" {
-			if r := a.Reservation(); r != nil {
-				e.pending[d.ReservationID] = r
+		if r := a.Reservation(); r != nil {
+			switch {
+			case d.ReservationID != "":
+				e.pending[d.ReservationID] = pending{r: r, at: at, prompt: d.Prompt, output: d.Output}
+			case d.Outcome == decisionlog.Denied:
+				e.model(r, d, at)
 			}
 		}
 		if e.prov != nil {
@@ -238,14 +250,79 @@ func (e *Engine) apply(ev *decisionlog.Event, at time.Time) {
 }
 
 func (e *Engine) settle(s *decisionlog.Settlement) {
-	r, ok := e.pending[s.ReservationID]
+	p, ok := e.pending[s.ReservationID]
 	if !ok {
 		return
 	}
 	delete(e.pending, s.ReservationID)
-	e.report.Settled++
+	r := p.r
+	if p.modelled {
+		e.report.Modelled++
+	} else {
+		e.report.Settled++
+		if s.Found && s.Status > 0 && s.Status < 400 && !s.Local {
+			e.learn(r, &p, s)
+		}
+	}
 	e.rec.Settle(r, reconcile.Response{Status: s.Status, Local: s.Local, Found: s.Found,
 		Usage: provider.Usage{Input: s.Input, Output: s.Output, CacheRead: s.CacheRead, CacheWrite: s.CacheWrite, Total: s.Total}})
+}
+
+// pending is a replayed reservation waiting for its settlement: when it was admitted and what it
+// was priced at; modelled: its settlement is the replay's (the live limits refused it).
+type pending struct {
+	r              *reservation.Reservation
+	at             time.Time
+	prompt, output int64
+	modelled       bool
+}
+
+type modelKey struct{ provider, model string }
+
+// usageModel is what the recorded settlements of one provider and model said: how many, and
+// the sums of their latencies and of their input and output as fractions of what was priced.
+type usageModel struct {
+	n             int64
+	latency       time.Duration
+	input, output float64
+}
+
+// learn adds a recorded settlement of a replayed reservation to its model's usage.
+func (e *Engine) learn(r *reservation.Reservation, p *pending, s *decisionlog.Settlement) {
+	k := modelKey{r.Tag, r.Model}
+	m := e.models[k]
+	if m == nil {
+		m = &usageModel{}
+		e.models[k] = m
+	}
+	m.n++
+	m.latency += max(s.Time.Sub(p.at), 0)
+	if p.prompt > 0 {
+		m.input += float64(s.Input) / float64(p.prompt)
+	}
+	if p.output > 0 {
+		m.output += float64(s.Output) / float64(p.output)
+	}
+}
+
+// model settles a reservation the live limits refused, which therefore has no recorded usage: as
+// its provider and model's recorded settlements did on average, after their mean latency (input
+// and output the mean fractions of what was priced). Before any such settlement is recorded,
+// the reservation stays as charged.
+func (e *Engine) model(r *reservation.Reservation, d *decisionlog.Decision, at time.Time) {
+	m := e.models[modelKey{r.Tag, r.Model}]
+	if m == nil {
+		return
+	}
+	n := float64(m.n)
+	e.modelled++
+	id := "\x00m" + strconv.FormatUint(e.modelled, 16)
+	e.pending[id] = pending{r: r, at: at, modelled: true}
+	in := int64(math.Round(float64(d.Prompt) * m.input / n))
+	out := int64(math.Round(float64(d.Output) * m.output / n))
+	when := at.Add(m.latency / time.Duration(m.n))
+	e.enqueue(&decisionlog.Event{IsSettlement: true, Settlement: decisionlog.Settlement{Time: when, ReservationID: id,
+		Provider: r.Tag, Model: r.Model, Status: 200, Found: true, Input: in, Output: out, Total: in + out}}, when)
 }
 
 // queued is an event waiting for its turn; next links the free ones.

@@ -20,9 +20,10 @@ type Report struct {
 	// From and To are the first and the last replayed decision (on the replay's clock).
 	From, To time.Time
 	// Decisions replayed; Skipped: recorded refusals made before any rule (a bad route or
-	// identity); Settled: settlements applied to a replayed reservation; Errors: decisions the
-	// filter failed (none expected).
-	Decisions, Skipped, Settled, Errors int64
+	// identity); Settled: recorded settlements applied to a replayed reservation; Modelled:
+	// settlements the replay made for requests the live limits refused (no usage recorded; see
+	// Engine); Errors: decisions the filter failed (none expected).
+	Decisions, Skipped, Settled, Modelled, Errors int64
 	// Rows count each replayed decision once in each rule it matched ("-": none), by tenant and
 	// model.
 	Rows []*Row
@@ -181,8 +182,8 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 
 // WriteTable writes the report as an aligned text table.
 func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "replayed %d decisions from %s to %s (%d skipped, %d settlements applied)\n",
-		r.Decisions, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339), r.Skipped, r.Settled)
+	fmt.Fprintf(w, "replayed %d decisions from %s to %s (%d skipped, %d settlements applied, %d modelled)\n",
+		r.Decisions, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339), r.Skipped, r.Settled, r.Modelled)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rule\ttenant\tmodel\tallowed\theld\twait p50\twait p99\tdenied\tfirst refusal\tprovider 429\ttokens\t")
 	for _, row := range r.Rows {
@@ -230,8 +231,10 @@ func (r *Report) JSON() ([]byte, error) {
 		Decisions int64     `json:"decisions"`
 		Skipped   int64     `json:"skipped"`
 		Settled   int64     `json:"settled"`
+		Modelled  int64     `json:"modelled"`
 		Rows      []jsonRow `json:"rows"`
-	}{From: r.From.UTC(), To: r.To.UTC(), Decisions: r.Decisions, Skipped: r.Skipped, Settled: r.Settled, Rows: []jsonRow{}}
+	}{From: r.From.UTC(), To: r.To.UTC(), Decisions: r.Decisions, Skipped: r.Skipped, Settled: r.Settled,
+		Modelled: r.Modelled, Rows: []jsonRow{}}
 	for _, row := range r.Rows {
 		j := jsonRow{Rule: row.Rule, Tenant: row.Tenant, Model: row.Model, Allowed: row.Allowed, Held: row.Held,
 			WaitP50MS: float64(row.WaitP50.Microseconds()) / 1000, WaitP99MS: float64(row.WaitP99.Microseconds()) / 1000,
