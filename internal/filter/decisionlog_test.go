@@ -102,3 +102,61 @@ func TestNoRecorderNoReservationID(t *testing.T) {
 		t.Error("a reservation id without a decision log")
 	}
 }
+
+// A bare filter decides as a whole one does, with the same metadata, and answers without the
+// rate-limit headers and denial bodies that only a client reads.
+func TestBareAnswersDecideTheSame(t *testing.T) {
+	t.Parallel()
+	c, err := config.Parse([]byte("rules: [{name: r, tokens: {limit: 1000, period: minute}, requests: {limit: 3, period: minute}}]\n"), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs [2]*Filter
+	for i := range fs {
+		fs[i], err = New(policyFor(t, c), Options{Limiter: bucket.NewMemory(bucket.MemoryOptions{}), Bare: i == 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}],"max_tokens":100}`)
+	denied := 0
+	for n := range 5 {
+		whole, err := fs[0].Check(context.Background(), hostileRequest("/v1/chat/completions", body, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bare, err := fs[1].Check(context.Background(), hostileRequest("/v1/chat/completions", body, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if whole.GetStatus().GetCode() != bare.GetStatus().GetCode() {
+			t.Fatalf("request %d: whole %v, bare %v", n, whole.GetStatus(), bare.GetStatus())
+		}
+		wm, bm := whole.GetDynamicMetadata().GetFields(), bare.GetDynamicMetadata().GetFields()
+		for _, k := range []string{"decision", "cost", "prompt_tokens", "output_tokens", "rules"} {
+			if wm[k].String() != bm[k].String() {
+				t.Errorf("request %d: metadata %s whole %v, bare %v", n, k, wm[k], bm[k])
+			}
+		}
+		extra := len(bare.GetOkResponse().GetResponseHeadersToAdd())
+		for _, h := range bare.GetDeniedResponse().GetHeaders() {
+			if h.GetHeader().GetKey() != "content-type" {
+				extra++
+			}
+		}
+		if extra != 0 || bare.GetDeniedResponse().GetBody() != "" {
+			t.Errorf("request %d: the bare answer has headers or a body: %v", n, bare)
+		}
+		if d := whole.GetDeniedResponse(); d != nil {
+			denied++
+			if len(d.GetHeaders()) == 0 || d.GetBody() == "" {
+				t.Errorf("request %d: the whole denial lacks its headers or body", n)
+			}
+		} else if len(whole.GetOkResponse().GetResponseHeadersToAdd()) == 0 {
+			t.Errorf("request %d: the whole answer has no rate-limit headers", n)
+		}
+	}
+	if denied != 2 {
+		t.Errorf("%d denied, want 2 (3 requests a minute)", denied)
+	}
+}

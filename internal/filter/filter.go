@@ -85,6 +85,10 @@ type Options struct {
 	// arrival and ctx's deadline: holds end before it, and large bodies are priced at their
 	// upper bound when an exact count would not fit. Default: ctx's deadline alone.
 	CheckTimeout time.Duration
+	// Bare answers carry the decision, its metadata and its reservation, and none of what only
+	// a client reads: no rate-limit headers, no denial body (internal/replay, which reads none
+	// of them). Default: false, the whole answer.
+	Bare bool
 	// PricingSlots is how many exact counts of large bodies (ExpensiveBytes or more) may run at
 	// once; a large body that finds no free slot is priced at its upper bound at once, without
 	// waiting. 0: GOMAXPROCS. Negative: no slots and no deadline, every body counted exactly

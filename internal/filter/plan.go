@@ -65,8 +65,9 @@ type plan struct {
 	decided time.Time
 	// debited is true once the shared store debited the enforced buckets (the reservation).
 	debited bool
-	// own: the request carried the operator's own credential (request.own).
-	own bool
+	// own: the request carried the operator's own credential (request.own); bare: the answers
+	// carry no rate-limit headers and no denial body (Options.Bare).
+	own, bare bool
 	// path is the request's, without the query string; rid the reservation's id for the
 	// decision log ("" when it is off or nothing was reserved).
 	path, rid string
@@ -86,7 +87,7 @@ type plan struct {
 func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	cfg := p.Config
 	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own, path: r.path,
-		logClearTenant: cfg.LogClearTenant, clock: f.opts.Now}
+		logClearTenant: cfg.LogClearTenant, clock: f.opts.Now, bare: f.opts.Bare}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
 	pl.prof = dialects.Of(est.Provider).Profile(est.Provider, est.Model)
 	prov := est.ProviderName()

@@ -98,8 +98,11 @@ func appendReset(b []byte, d time.Duration) []byte {
 // anthropic-ratelimit-{tokens,input-tokens,output-tokens,requests}-* on Anthropic's Messages
 // API): for each dimension, the limit, remaining and reset of the bucket with the least
 // remaining. The headers share two backing arrays and their values one string (three
-// allocations however many); callers append the extra ones.
+// allocations however many); callers append the extra ones. A bare plan has none.
 func (pl *plan) headers(est *tokens.Estimate, res *bucket.Result, extra int) []*corev3.HeaderValueOption {
+	if pl.bare {
+		return nil
+	}
 	var keys [3 * provider.Dimensions]string
 	var ends [3 * provider.Dimensions]int
 	var buf [256]byte
@@ -267,6 +270,10 @@ func withErrorHeader(hdrs []*corev3.HeaderValueOption, est *tokens.Estimate, c p
 // rateLimitedResponse is the 429 of a denial: Retry-After in whole seconds rounded up and in
 // milliseconds, the x-ratelimit headers, and a message naming the exhausted limit.
 func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wait time.Duration) *Answer {
+	if pl.bare {
+		return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, nil, nil,
+			pl.metadata(est, decisionDenied, wait))
+	}
 	ms := (wait + time.Millisecond - 1) / time.Millisecond
 	secs := (wait + time.Second - 1) / time.Second
 	if secs < 1 {

@@ -97,6 +97,7 @@ func New(opts Options) (*Engine, error) {
 		Sleep:        func(context.Context, time.Duration) error { return nil },
 		Recorder:     (*collector)(e),
 		PricingSlots: -1,
+		Bare:         true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
