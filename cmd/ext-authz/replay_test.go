@@ -123,3 +123,51 @@ func TestReplayCommand(t *testing.T) {
 		t.Error("replay without -config: no error")
 	}
 }
+
+// The README's replay example: its commands, run here, print the rows the README shows.
+func TestReadmeReplay(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	i := strings.Index(text, "ext-authz replay -generate ten.log")
+	if i < 0 {
+		t.Fatal("the README's replay example is gone")
+	}
+	block := text[i:]
+	start := strings.Index(block, "```\nreplayed ")
+	end := strings.Index(block[start+4:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("the README's replay report is gone")
+	}
+	var want []string
+	for _, l := range strings.Split(block[start+4:start+4+end], "\n") {
+		if l = strings.TrimSpace(l); l != "" && l != "..." {
+			want = append(want, l)
+		}
+	}
+	gen := filepath.Join(t.TempDir(), "ten.log")
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"replay", "-generate", gen, "-rps", "20", "-duration", "10m", "-tenants-n", "4"}, nil, &out, &errb); err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"replay", "-config", "../../internal/replay/testdata/readme.yaml",
+		"-provider-limits", "../../internal/replay/testdata/readme-provider.yaml", gen}, nil, &out, &errb); err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	got := map[string]bool{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		got[strings.TrimSpace(l)] = true
+	}
+	if len(want) < 4 {
+		t.Fatalf("the README shows %d lines of the report", len(want))
+	}
+	for _, l := range want {
+		if !got[l] {
+			t.Errorf("the README shows %q; the replay printed:\n%s", l, out.String())
+		}
+	}
+}
