@@ -124,7 +124,8 @@ func TestReplayCommand(t *testing.T) {
 	}
 }
 
-// The README's replay example: its commands, run here, print the rows the README shows.
+// The README's replay example: its commands, run here, print the rows the README shows and
+// draw its chart.
 func TestReadmeReplay(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
@@ -154,9 +155,17 @@ func TestReadmeReplay(t *testing.T) {
 		t.Fatalf("%v %s", err, errb.String())
 	}
 	out.Reset()
+	svg := filepath.Join(t.TempDir(), "replay.svg")
 	if err := run(context.Background(), []string{"replay", "-config", "../../internal/replay/testdata/readme.yaml",
-		"-provider-limits", "../../internal/replay/testdata/readme-provider.yaml", gen}, nil, &out, &errb); err != nil {
+		"-provider-limits", "../../internal/replay/testdata/readme-provider.yaml", "-svg", svg, gen}, nil, &out, &errb); err != nil {
 		t.Fatalf("%v %s", err, errb.String())
+	}
+	chart, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown, err := os.ReadFile("../../docs/img/replay.svg"); err != nil || !bytes.Equal(shown, chart) {
+		t.Errorf("docs/img/replay.svg is not the chart the README's commands draw (%v): run them again", err)
 	}
 	got := map[string]bool{}
 	for _, l := range strings.Split(out.String(), "\n") {
