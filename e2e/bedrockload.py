@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
-import time
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
+
+import sdkload
 
 ENDPOINT = "http://bedrock-runtime.us-east-1.amazonaws.com"
 
@@ -62,47 +62,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--name", default="bedrock")
     a = ap.parse_args(argv)
     c = client(a.proxy, a.attempts)
-    lock = threading.Lock()
-    s = {"name": a.name, "calls": 0, "ok": 0, "throttled": 0, "errors": 0, "error_samples": [], "output_tokens": 0,
-         "by_op": {"converse": 0, "invoke_stream": 0}}
-    time.sleep(max(0.0, a.start_at - time.time()))
-    s["started"] = time.time()
-    deadline = s["started"] + a.duration
 
-    def work(i: int) -> None:
-        n = 0
-        while time.time() < deadline:
-            op = ("converse", "invoke_stream")[(n + i) % 2]
-            text = f"{a.name} thread {i} call {n}: name a river of Europe and say one thing about it."
-            n += 1
-            try:
-                out = (converse if op == "converse" else invoke_stream)(c, a.model, a.max_tokens, text)
-                with lock:
-                    s["ok"] += 1
-                    s["by_op"][op] += 1
-                    s["output_tokens"] += out
-            except ClientError as e:
-                with lock:
-                    if e.response["Error"]["Code"] == "ThrottlingException":
-                        s["throttled"] += 1
-                    else:
-                        s["errors"] += 1
-                        s["error_samples"] = (s["error_samples"] + [str(e)])[:5]
-            except Exception as e:  # noqa: BLE001 - counted, reported
-                with lock:
-                    s["errors"] += 1
-                    s["error_samples"] = (s["error_samples"] + [repr(e)])[:5]
-            with lock:
-                s["calls"] += 1
+    def throttled(e: Exception) -> str | None:
+        if isinstance(e, ClientError):
+            return None if e.response["Error"]["Code"] == "ThrottlingException" else str(e)
+        return repr(e)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(a.threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    s["ended"] = time.time()
-    with open(a.out, "w") as f:
-        json.dump(s, f)
+    sdkload.run(a.name, {"converse": lambda text: converse(c, a.model, a.max_tokens, text),
+                         "invoke_stream": lambda text: invoke_stream(c, a.model, a.max_tokens, text)},
+                "output_tokens", a.threads, a.start_at, a.duration, a.out, throttled,
+                lambda i, n: f"{a.name} thread {i} call {n}: name a river of Europe and say one thing about it.")
     return 0
 
 

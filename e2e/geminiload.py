@@ -16,13 +16,12 @@ Retry-After nor RetryInfo. --attempts sets that option.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import threading
-import time
 
 from google import genai
 from google.genai import errors, types
+
+import sdkload
 
 GEMINI = "http://generativelanguage.googleapis.com"
 VERTEX = "http://us-central1-aiplatform.googleapis.com"
@@ -72,49 +71,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--name", default="gemini")
     a = ap.parse_args(argv)
     c = client(a.proxy, a.attempts, a.vertex)
-    lock = threading.Lock()
-    s = {"name": a.name, "calls": 0, "ok": 0, "throttled": 0, "errors": 0, "error_samples": [], "prompt_tokens": 0,
-         "by_op": {"generate": 0, "stream": 0}}
-    time.sleep(max(0.0, a.start_at - time.time()))
-    s["started"] = time.time()
-    deadline = s["started"] + a.duration
 
-    def work(i: int) -> None:
-        n = 0
-        while time.time() < deadline:
-            op = ("generate", "stream")[(n + i) % 2]
-            text = " ".join([f"{a.name} thread {i} call {n}: name a river of Europe and say one thing about it."] * a.repeat)
-            n += 1
-            with lock:
-                s["calls"] += 1
-            try:
-                prompt, _ = (generate if op == "generate" else stream)(c, a.model, a.max_tokens, text)
-                with lock:
-                    s["ok"] += 1
-                    s["by_op"][op] += 1
-                    s["prompt_tokens"] += prompt
-            except errors.APIError as e:
-                with lock:
-                    if e.code == 429:
-                        s["throttled"] += 1
-                    else:
-                        s["errors"] += 1
-                        if len(s["error_samples"]) < 5:
-                            s["error_samples"].append(f"{e.code} {e.status}: {e.message}"[:300])
-            except Exception as e:  # noqa: BLE001 - every failure is counted and sampled
-                with lock:
-                    s["errors"] += 1
-                    if len(s["error_samples"]) < 5:
-                        s["error_samples"].append(f"{type(e).__name__}: {e}"[:300])
+    def throttled(e: Exception) -> str | None:
+        if isinstance(e, errors.APIError):
+            return None if e.code == 429 else f"{e.code} {e.status}: {e.message}"
+        return f"{type(e).__name__}: {e}"
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(a.threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    s["ended"] = time.time()
-    with open(a.out, "w") as f:
-        json.dump(s, f)
+    sdkload.run(a.name, {"generate": lambda text: generate(c, a.model, a.max_tokens, text)[0],
+                         "stream": lambda text: stream(c, a.model, a.max_tokens, text)[0]},
+                "prompt_tokens", a.threads, a.start_at, a.duration, a.out, throttled,
+                lambda i, n: " ".join([f"{a.name} thread {i} call {n}: name a river of Europe and say one thing about it."] * a.repeat))
     return 0
 
 

@@ -118,6 +118,37 @@ def offered_tokens(stack: h.Stack, s: dict) -> int:
     return total
 
 
+def sdk_clients(stack: h.Stack, script: str, n: int, duration: float, args: list[str]) -> list[dict]:
+    """Runs n processes of an SDK load client (e2e/sdkload.py's clients: bedrockload.py,
+    geminiload.py) through stack's proxy, starting together 8 s from now, for duration seconds,
+    each named after its script and index; returns their summaries."""
+    start_at = time.time() + 8
+    base = Path(script).stem.removesuffix("load")
+    procs = []
+    for i in range(n):
+        out = stack.dir / f"{stack.name}-{base}{i}.json"
+        procs.append((out, h.start(f"{stack.name}-{base}{i}", [
+            sys.executable, str(h.E2E / script), "--proxy", stack.proxy, "--out", str(out),
+            "--duration", str(duration), "--start-at", f"{start_at:.3f}", "--name", f"{base}-{i}", *args], stack.dir)))
+    summaries = []
+    for out, p in procs:
+        p.p.wait(timeout=duration + 240)
+        assert p.p.returncode == 0 and out.exists(), p.tail()
+        summaries.append(json.loads(out.read_text()))
+    return summaries
+
+
+def sdk_totals(summaries: list[dict]) -> dict:
+    """What the SDK clients of sdk_clients saw, summed over their summaries."""
+    return {
+        "client_calls": sum(s["calls"] for s in summaries),
+        "client_ok": sum(s["ok"] for s in summaries),
+        "client_throttled": sum(s["throttled"] for s in summaries),
+        "client_errors": sum(s["errors"] for s in summaries),
+        "error_samples": [e for s in summaries for e in s["error_samples"]][:5],
+    }
+
+
 def access_log(stack: h.Stack) -> list[dict]:
     return h.read_jsonl(stack.access_log_path)
 

@@ -17,9 +17,6 @@ same :authority.
 
 from __future__ import annotations
 
-import json
-import sys
-import time
 
 import pytest
 
@@ -48,19 +45,8 @@ def _run(workdir, name: str, weight: int | None) -> dict:
     stack = h.Stack(name, workdir / name, sc.limits_yaml(_rules(weight)), MOCK)
     try:
         stack.up()
-        start_at = time.time() + 8
-        procs = []
-        for i in range(3):
-            out = stack.dir / f"{name}-bedrock{i}.json"
-            procs.append((out, h.start(f"{name}-bedrock{i}", [
-                sys.executable, str(h.E2E / "bedrockload.py"), "--proxy", stack.proxy, "--out", str(out),
-                "--model", MODEL, "--threads", "4", "--duration", str(DURATION), "--start-at", f"{start_at:.3f}",
-                "--max-tokens", "200", "--name", f"bedrock-{i}"], stack.dir)))
-        summaries = []
-        for out, p in procs:
-            p.p.wait(timeout=DURATION + 240)
-            assert p.p.returncode == 0 and out.exists(), p.tail()
-            summaries.append(json.loads(out.read_text()))
+        summaries = sc.sdk_clients(stack, "bedrockload.py", 3, DURATION,
+                                   ["--model", MODEL, "--threads", "4", "--max-tokens", "200"])
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "bedrock"]
         log = sc.access_log(stack)
     finally:
@@ -75,11 +61,7 @@ def _run(workdir, name: str, weight: int | None) -> dict:
         "provider_429": sum(1 for r in recs if r["status"] == 429),
         "ok": len(ok),
         "by_api": {api: sum(1 for r in ok if r["api"] == api) for api in ("converse", "invoke_model_stream")},
-        "client_calls": sum(s["calls"] for s in summaries),
-        "client_ok": sum(s["ok"] for s in summaries),
-        "client_throttled": sum(s["throttled"] for s in summaries),
-        "client_errors": sum(s["errors"] for s in summaries),
-        "error_samples": [e for s in summaries for e in s["error_samples"]][:5],
+        **sc.sdk_totals(summaries),
         "limiter_denied": sum(1 for e in log if sc.meta(e, "decision") == "denied"),
         "providers_seen": sorted({sc.meta(e, "provider") for e in log if sc.meta(e, "provider")}),
         "counted_tokens": counted,

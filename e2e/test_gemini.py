@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import time
 from zoneinfo import ZoneInfo
 
@@ -70,20 +69,9 @@ def _load(workdir, name: str, dimension: str) -> dict:
     stack = h.Stack(name, workdir / name, sc.limits_yaml(_rules(dimension=dimension)), MOCK)
     try:
         stack.up()
-        start_at = time.time() + 8
-        procs = []
-        for i in range(PROCESSES):
-            out = stack.dir / f"gemini{i}.json"
-            procs.append((out, h.start(f"gemini{i}", [
-                sys.executable, str(h.E2E / "geminiload.py"), "--proxy", stack.proxy, "--out", str(out),
-                "--model", MODEL, "--threads", str(THREADS), "--duration", str(DURATION),
-                "--start-at", f"{start_at:.3f}", "--max-tokens", "400", "--repeat", "20", "--attempts", "3",
-                "--name", f"gemini-{i}"], stack.dir)))
-        summaries = []
-        for out, p in procs:
-            p.p.wait(timeout=DURATION + 240)
-            assert p.p.returncode == 0 and out.exists(), p.tail()
-            summaries.append(json.loads(out.read_text()))
+        summaries = sc.sdk_clients(stack, "geminiload.py", PROCESSES, DURATION,
+                                   ["--model", MODEL, "--threads", str(THREADS), "--max-tokens", "400", "--repeat", "20",
+                                    "--attempts", "3"])
         stats = stack.mock_stats()
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "gemini"]
         log = sc.access_log(stack)
@@ -103,11 +91,7 @@ def _load(workdir, name: str, dimension: str) -> dict:
         "ok": len(ok),
         "streams": sum(1 for r in ok if r.get("stream")),
         "output_tokens": sum(r["usage"] - r["input"] for r in ok),
-        "client_calls": calls,
-        "client_ok": sum(s["ok"] for s in summaries),
-        "client_throttled": sum(s["throttled"] for s in summaries),
-        "client_errors": sum(s["errors"] for s in summaries),
-        "error_samples": [e for s in summaries for e in s["error_samples"]][:5],
+        **sc.sdk_totals(summaries),
         "limiter_denied": sum(1 for e in log if sc.meta(e, "decision") == "denied"),
         "limiter_priced": sorted({sc.meta(e, "provider") for e in log if sc.meta(e, "provider")}),
         "failed_open": sum(1 for r in recs if r.get("failure_mode_allowed")),
