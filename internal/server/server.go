@@ -99,6 +99,9 @@ type store interface {
 var (
 	_ store = (*bucket.Redis)(nil)
 	_ store = (*bucket.Memory)(nil)
+	// The admin API peeks and resets through the breaker, which asks its store for these.
+	_ filter.Inspector = (*bucket.Redis)(nil)
+	_ filter.Inspector = (*bucket.Memory)(nil)
 )
 
 // Server is a running service: built by New, run by Serve. Its methods are safe for concurrent
