@@ -688,3 +688,19 @@ func TestRedisPeekWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// An op the script does not know is the call's error, never a take.
+func TestRedisUnknownOp(t *testing.T) {
+	t.Parallel()
+	s, c, _ := fakeTimeServer(t, uniquePrefix())
+	spec := tokenBucket("tpm", 10, time.Minute, 3)
+	keys := s.keys("p", 1, func(int) *Spec { return &spec })
+	a := appendHeader(nil, 'X', 1, 0, "")
+	a = appendParams(a, paramsOf(&spec, 3, s.clock()), false)
+	if _, err := s.run(context.Background(), "p", keys, a); err == nil || !strings.Contains(err.Error(), "unknown op") {
+		t.Fatalf("op X: %v, want an unknown op error", err)
+	}
+	if n, err := c.Exists(context.Background(), keys[0]).Result(); err != nil || n != 0 {
+		t.Fatalf("op X wrote the bucket: %d %v", n, err)
+	}
+}
