@@ -131,7 +131,8 @@
 // the library gets it again (library.go). Callers never see either. The library's name carries a
 // hash of its code, so that replicas of two builds each call their own during a rolling upgrade;
 // earlier versions stay loaded, a few KB each, until deleted (FUNCTION DELETE). A Redis ACL user
-// needs +fcall and +function|load for the fast path, +evalsha and +eval for the fallback. If a reply is lost after Redis
+// needs +fcall and +function|load for the fast path, +evalsha and +eval for the fallback, +del
+// for Reset. If a reply is lost after Redis
 // ran the script, go-redis may retry it: an over-charge, never an over-admission. After a
 // failover to a server whose clock is behind, buckets do not refill until its clock catches up.
 package bucket
