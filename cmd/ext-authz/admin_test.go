@@ -66,7 +66,7 @@ tenant: {source: header, header: x-tenant-id}
 rules:
   - name: tenants
     per: [tenant]
-    requests: {limit: 10, period: minute}
+    requests: {limit: 10, period: hour}
 `)
 	p := startProc(t, "-config", cfg, "-admin-token-file", tokenFile)
 	client := authv3.NewAuthorizationClient(p.dial(t))

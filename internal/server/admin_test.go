@@ -24,8 +24,9 @@ import (
 )
 
 // adminLimits is the limits file of the admin API's tests: a per-tenant rule whose tokens and
-// requests share a key, with an in-flight cap, and a provider-wide budget. The tokens refill
-// slowly (0.04 a second): a test sees its debits to within a token. The credentials'
+// requests share a key, with an in-flight cap, and a provider-wide budget. The buckets refill
+// slowly (tokens 0.04 a second, a request every 6 minutes): a test sees its debits exactly, the
+// tokens to within one. The credentials'
 // salt is a secret /v1/config must not show.
 const adminLimits = `tenant: {source: header, header: x-tenant-id, default: anonymous}
 credentials: {salt: pepper-not-for-eyes, sha256: [0000000000000000000000000000000000000000000000000000000000000000]}
@@ -34,7 +35,7 @@ rules:
     match: {provider: openai, model: "gpt-4o*"}
     per: [tenant, model]
     tokens: {limit: 100000, period: 744h}
-    requests: {limit: 10, period: minute}
+    requests: {limit: 10, period: hour}
     max_concurrent: 3
   - name: provider-wide
     match: {provider: openai}
