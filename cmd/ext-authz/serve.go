@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,7 +25,7 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.ConfigPath, "config", envOr("CONFIG", ""), "limits file (YAML), reloaded when it changes; default: the embedded example (env CONFIG)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", envOr("GRPC_ADDR", "127.0.0.1:9001"), "gRPC listen address for Envoy (env GRPC_ADDR; use :9001 in a container)")
-	fs.StringVar(&o.AdminAddr, "admin-addr", envOr("ADMIN_ADDR", "127.0.0.1:9090"), "admin HTTP listen address: /metrics /healthz /readyz (env ADMIN_ADDR; empty disables)")
+	fs.StringVar(&o.AdminAddr, "admin-addr", envOr("ADMIN_ADDR", "127.0.0.1:9090"), "admin HTTP listen address: /metrics /healthz /readyz and the admin API /v1/ (env ADMIN_ADDR; empty disables)")
 	fs.StringVar(&o.RedisURL, "redis-url", envOr("REDIS_URL", ""), "shared store: redis://, rediss://, Sentinel or Cluster URL; empty: in-memory store, one replica (env REDIS_URL)")
 	fs.StringVar(&o.RedisPrefix, "redis-prefix", envOr("REDIS_PREFIX", "llmrl:"), "prefix of every Redis key (env REDIS_PREFIX)")
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", 50*time.Millisecond, "Redis dial, read and write timeout; keep it well under Envoy's ext_authz timeout")
@@ -32,6 +34,7 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight checks may take before the server stops")
 	fs.IntVar(&o.MaxRecvBytes, "max-recv-bytes", config.DefaultMaxRecvBytes, "largest CheckRequest accepted (keep it above Envoy's max_request_bytes plus headers)")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof on the admin port")
+	tokenFile := fs.String("admin-token-file", "", "file holding the bearer token the admin API's changes need (POST /v1/buckets/reset); or env ADMIN_TOKEN; neither: changes are refused")
 	fs.StringVar(&o.TLSCert, "tls-cert", envOr("TLS_CERT", ""), "PEM certificate of the gRPC port; with -tls-key serves TLS, reloaded when the files change (env TLS_CERT)")
 	fs.StringVar(&o.TLSKey, "tls-key", envOr("TLS_KEY", ""), "PEM private key of -tls-cert (env TLS_KEY)")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", envOr("TLS_CLIENT_CA", ""), "PEM CA bundle: require client certificates signed by it (mTLS; env TLS_CLIENT_CA)")
@@ -44,6 +47,10 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.Int64Var(&o.DecisionLogMaxBytes, "decision-log-max-bytes", 100<<20, "rotate the decision log when it reaches this size")
 	fs.IntVar(&o.DecisionLogKeep, "decision-log-keep", 5, "rotated decision log files kept (FILE.1 the newest); 0: none")
 	if err := fs.Parse(args); err != nil {
+		return nil, "", err
+	}
+	var err error
+	if o.AdminToken, err = adminToken(*tokenFile, os.Getenv("ADMIN_TOKEN")); err != nil {
 		return nil, "", err
 	}
 	if fs.NArg() > 0 {
@@ -65,6 +72,27 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 		return nil, "", errors.New("serve: -max-recv-bytes must be at least 65536")
 	}
 	return o, logLevel, nil
+}
+
+// adminToken is the admin API's token: the content of file, surrounding white space removed, or
+// env (ADMIN_TOKEN); "" when neither is set. Both, or an empty file, is an error. The token never
+// appears in a message.
+func adminToken(file, env string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(env), nil
+	}
+	if env != "" {
+		return "", errors.New("serve: set -admin-token-file or ADMIN_TOKEN, not both")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("serve: -admin-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("serve: -admin-token-file %s is empty", file)
+	}
+	return token, nil
 }
 
 func newLogger(level string, w io.Writer) (*zap.Logger, error) {

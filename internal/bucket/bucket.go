@@ -185,3 +185,17 @@ type Level struct {
 	Spec
 	Remaining int64
 }
+
+// Snapshot is one bucket as Peek reads it: its state now, without a decision.
+type Snapshot struct {
+	// Remaining is what the bucket holds now (negative while in debt), rounded down.
+	Remaining int64
+	// Limit is the bucket's capacity.
+	Limit int64
+	// Reset is the time until the bucket is full again (TokenBucket, SlidingWindow,
+	// Concurrency) or until the quota period resets (Quota).
+	Reset time.Duration
+	// Leases is the number of live leases of a Concurrency bucket (its requests in flight); 0
+	// for the other algorithms.
+	Leases int64
+}

@@ -17,7 +17,8 @@
 --             exact for the integers they carry): the header '<c1Bddc0' <op> <keys> <max_wait_us>
 --             <lease>, then for each of its buckets '<c1ddddd' <alg> <limit> <period_us>
 --             <capacity> <amount> <reserve>
---               op        T = take, A = adjust, L = lower
+--               op        T = take, A = adjust, L = lower, P = peek (read only: writes nothing,
+--                         creates no key, changes no expiry); any other is the call's error
 --               keys      how many of KEYS the call's buckets are in (token buckets may share one)
 --               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
 --               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
@@ -29,7 +30,8 @@
 --                         adjust: the delta (> 0 refunds, < 0 charges; on a concurrency bucket
 --                         > 0 releases the lease, <= 0 does nothing);
 --                         lower: the remaining the provider reports; a bucket holding more is
---                         charged the difference, one holding less is left alone
+--                         charged the difference, one holding less is left alone;
+--                         peek: ignored (0)
 --               reserve   floor x capacity: a take must leave at least this much
 --             Binary rather than text: parsing decimal text in Lua was a sixth of the script's
 --             CPU (docs/performance.md). The call's bucket count follows from the length.
@@ -50,6 +52,8 @@
 --             a concurrency bucket that is full denies even within max_wait (a lease cannot be
 --             reserved ahead); its wait is the time until its oldest lease expires, at most BUSY_US
 -- Reply (adjust, lower): the number of the call's buckets.
+-- Reply (peek): 4 x n little-endian int64s in one string, per bucket: remaining, capacity,
+--   reset_us (as in a take's reply), leases (a concurrency bucket's live leases, else 0).
 --
 -- Storage (one key per bucket, expiring once the bucket would be full again plus MARGIN_MS, a
 -- token bucket up to SLACK_MS later; a missing key is a full bucket, and a write that leaves a
@@ -508,7 +512,7 @@ end
 -- argument, where its buckets start, op, max_wait, lease.
 local CBASE, CN, CK, CPOS, COP, CWAIT, CLEASE = {}, {}, {}, {}, {}, {}, {}
 
--- Reply formats of a take by key count, built once each.
+-- Reply formats of a take by key count, built once each (a peek's of n buckets at -n).
 local REPLY = {}
 local OUT = {}
 
@@ -590,60 +594,88 @@ local function call(ci, base, n, nkeys, pos, op, max_wait, lease)
     return error_reply('ERR bucket.lua: ' .. (k - base) .. ' keys of ' .. nkeys .. ' named')
   end
 
-  if op == 'L' then
-    for i = 1, n do
-      if ALG[i] ~= 'c' then
-        local d = level_of(i) - AMOUNT[i]
-        if d > 0 then
-          local alg = ALG[i]
+  -- The other ops; a take, the request path, pays one comparison for them.
+  if op ~= 'T' then
+    if op == 'L' then
+      for i = 1, n do
+        if ALG[i] ~= 'c' then
+          local d = level_of(i) - AMOUNT[i]
+          if d > 0 then
+            local alg = ALG[i]
+            if alg == 't' or alg == 'g' then
+              LEVEL[i] = AMOUNT[i]
+            elseif alg == 's' then
+              slot_add(i, now, d)
+            else
+              USED[i] = USED[i] + d
+            end
+            store(i)
+          end
+        end
+      end
+      flush(n)
+      return n
+    end
+
+    if op == 'A' then
+      for i = 1, n do
+        local alg, d = ALG[i], AMOUNT[i]
+        if alg == 'c' then
+          if d > 0 and lease ~= '-' then
+            rcall('ZREM', KEY[i], lease)
+          end
+        else
           if alg == 't' or alg == 'g' then
-            LEVEL[i] = AMOUNT[i]
+            local level = LEVEL[i] + d
+            if level > CAP[i] then level = CAP[i] end
+            LEVEL[i] = level
           elseif alg == 's' then
-            slot_add(i, now, d)
+            if d < 0 then
+              slot_add(i, now, -d)
+            else
+              -- A refund gives back the most recent admissions first.
+              local subs = SUBS[i]
+              for x = #subs, 1, -1 do
+                if d <= 0 then break end
+                local s = subs[x]
+                local take = mmin(s[2], d)
+                s[2], s[3], d, SUM[i] = s[2] - take, true, d - take, SUM[i] - take
+              end
+            end
           else
-            USED[i] = USED[i] + d
+            USED[i] = mmax(0, USED[i] - d)
           end
           store(i)
         end
       end
+      flush(n)
+      return n
     end
-    flush(n)
-    return n
-  end
 
-  if op == 'A' then
-    for i = 1, n do
-      local alg, d = ALG[i], AMOUNT[i]
-      if alg == 'c' then
-        if d > 0 and lease ~= '-' then
-          rcall('ZREM', KEY[i], lease)
-        end
-      else
+    if op == 'P' then
+      -- Each bucket as loaded, as of now; nothing is written.
+      local o = 0
+      for i = 1, n do
+        local cap, alg = CAP[i], ALG[i]
         if alg == 't' or alg == 'g' then
-          local level = LEVEL[i] + d
-          if level > CAP[i] then level = CAP[i] end
-          LEVEL[i] = level
-        elseif alg == 's' then
-          if d < 0 then
-            slot_add(i, now, -d)
-          else
-            -- A refund gives back the most recent admissions first.
-            local subs = SUBS[i]
-            for x = #subs, 1, -1 do
-              if d <= 0 then break end
-              local s = subs[x]
-              local take = mmin(s[2], d)
-              s[2], s[3], d, SUM[i] = s[2] - take, true, d - take, SUM[i] - take
-            end
-          end
+          local level, reset = LEVEL[i], 0
+          if level < cap then reset = ceil((cap - level) * PERIOD[i] / LIMIT[i]) end
+          OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = floor(level + cap * EPS), cap, reset, 0
         else
-          USED[i] = mmax(0, USED[i] - d)
+          local held = 0
+          if alg == 'c' then held = CNT[i] end
+          OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = remaining_of(i), cap, reset_of(i), held
         end
-        store(i)
+        o = o + 4
       end
+      local format = REPLY[-n]
+      if format == nil then
+        format = '<' .. string.rep('i8', o)
+        REPLY[-n] = format
+      end
+      return spack(format, unpack(OUT, 1, o))
     end
-    flush(n)
-    return n
+    return error_reply('ERR bucket.lua: unknown op ' .. tostring(op))
   end
 
   -- Take: per-bucket wait (or impossibility), then one decision for all.

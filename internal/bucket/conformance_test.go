@@ -95,6 +95,8 @@ var conformance = []struct {
 	{"concurrency", testConcurrency},
 	{"lower", testLower},
 	{"shared_key", testSharedKey},
+	{"peek", testPeek},
+	{"reset", testReset},
 }
 
 // check compares a result with want; durations may differ by one microsecond, the resolution of
@@ -775,4 +777,120 @@ func testSharedKey(t *testing.T, s store, clk *clock) {
 	check(t, "both, requests first", take(t, s, req(with(rpm, 1), with(tpm, 1))), Result{Outcome: Denied, Wait: 6 * time.Second, Blocking: 0,
 		Buckets: []State{{Remaining: 0, Limit: 10, Reset: time.Minute, Wait: 6 * time.Second}, {Remaining: 100, Limit: 100}}})
 	check(t, "solo untouched", take(t, s, req(with(solo, 0))), allowed(State{Remaining: 10, Limit: 100, Reset: 54 * time.Second}))
+}
+
+// peekAll peeks specs under tag "p", failing t on an error.
+func peekAll(t *testing.T, s store, specs ...Spec) []Snapshot {
+	t.Helper()
+	got, err := s.Peek(context.Background(), "p", specs)
+	if err != nil {
+		t.Fatalf("peek: %v", err)
+	}
+	return got
+}
+
+func checkPeek(t *testing.T, what string, got, want []Snapshot) {
+	t.Helper()
+	opt := cmp.Comparer(func(a, b time.Duration) bool {
+		d := a - b
+		return d >= -time.Microsecond && d <= time.Microsecond
+	})
+	if diff := cmp.Diff(want, got, opt); diff != "" {
+		t.Fatalf("%s: peek mismatch (-want +got):\n%s", what, diff)
+	}
+}
+
+// snapshotOf is what a peek reports of a bucket a take left in state st, holding leases.
+func snapshotOf(st State, leases int64) Snapshot {
+	return Snapshot{Remaining: st.Remaining, Limit: st.Limit, Reset: st.Reset, Leases: leases}
+}
+
+// peekSet is one bucket of every algorithm and a shared key's pair.
+func peekSet() []Spec {
+	return []Spec{
+		tokenBucket("tpm", 10, time.Minute, 3),
+		slidingWindow("sw", 10, time.Minute, 2),
+		quota("day", 10, Day, 4),
+		concurrency("inflight", 2, 10*time.Second),
+		{Name: "pair", Limit: 100, Period: time.Minute, Slot: 1, Cost: 60},
+		{Name: "pair", Limit: 10, Period: time.Minute, Slot: 2, Cost: 1},
+	}
+}
+
+// testPeek: a peek reports what the last take left, twice the same, and the next decision sees
+// exactly that level: a peek debits nothing, refills nothing early, takes no lease.
+func testPeek(t *testing.T, s store, clk *clock) {
+	specs := peekSet()
+	full := []Snapshot{
+		{Remaining: 10, Limit: 10},
+		{Remaining: 10, Limit: 10},
+		{Remaining: 10, Limit: 10, Reset: time.Minute}, // t0 is a minute before midnight
+		{Remaining: 2, Limit: 2},
+		{Remaining: 100, Limit: 100},
+		{Remaining: 10, Limit: 10},
+	}
+	checkPeek(t, "untouched buckets are full", peekAll(t, s, specs...), full)
+	res := take(t, s, leased("a", specs...))
+	if res.Outcome != Allowed {
+		t.Fatalf("take: %+v, want allowed", res)
+	}
+	want := make([]Snapshot, len(specs))
+	for i, st := range res.Buckets {
+		want[i] = snapshotOf(st, 0)
+	}
+	want[3].Leases = 1
+	checkPeek(t, "hardcoded token bucket", want[:1], []Snapshot{{Remaining: 7, Limit: 10, Reset: 18 * time.Second}})
+	checkPeek(t, "first peek", peekAll(t, s, specs...), want)
+	checkPeek(t, "second peek", peekAll(t, s, specs...), want)
+
+	// The next decision starts from the level peeked.
+	check(t, "take after peeks", take(t, s, req(with(specs[0], 7))), allowed(State{Remaining: 0, Limit: 10, Reset: time.Minute}))
+	clk.Advance(6 * time.Second) // a token back
+	checkPeek(t, "peek after a refill", peekAll(t, s, specs[0]), []Snapshot{{Remaining: 1, Limit: 10, Reset: 54 * time.Second}})
+	check(t, "take after the refill", take(t, s, req(with(specs[0], 1))), allowed(State{Remaining: 0, Limit: 10, Reset: time.Minute}))
+
+	// A peek takes no lease: the concurrency bucket still has one slot.
+	check(t, "second lease", take(t, s, leased("b", specs[3])), allowed(State{Remaining: 0, Limit: 2, Reset: 10 * time.Second}))
+	checkPeek(t, "two leases held", peekAll(t, s, specs[3]), []Snapshot{{Remaining: 0, Limit: 2, Reset: 10 * time.Second, Leases: 2}})
+	clk.Advance(20 * time.Second)
+	checkPeek(t, "leases expired", peekAll(t, s, specs[3]), []Snapshot{{Remaining: 2, Limit: 2}})
+
+	// Peek ignores costs and floors, validates the buckets like a take.
+	if _, err := s.Peek(context.Background(), "p", nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("peek of no bucket: %v, want ErrInvalid", err)
+	}
+}
+
+// testReset: a reset makes the buckets full; a shared key's other slots go with it; buckets not
+// named keep their state.
+func testReset(t *testing.T, s store, clk *clock) {
+	ctx := context.Background()
+	specs := peekSet()
+	other := tokenBucket("other", 10, time.Minute, 5)
+	if res := take(t, s, leased("a", append(specs, other)...)); res.Outcome != Allowed {
+		t.Fatalf("take: %+v, want allowed", res)
+	}
+	if err := s.Reset(ctx, "p", specs); err != nil {
+		t.Fatal(err)
+	}
+	checkPeek(t, "after a reset", peekAll(t, s, append(specs, other)...), []Snapshot{
+		{Remaining: 10, Limit: 10},
+		{Remaining: 10, Limit: 10},
+		{Remaining: 10, Limit: 10, Reset: time.Minute},
+		{Remaining: 2, Limit: 2},
+		{Remaining: 100, Limit: 100},
+		{Remaining: 10, Limit: 10},
+		{Remaining: 5, Limit: 10, Reset: 30 * time.Second},
+	})
+	// Slot 1 alone takes slot 2 of its key with it.
+	if res := take(t, s, req(specs[4], specs[5])); res.Outcome != Allowed {
+		t.Fatalf("take pair: %+v", res)
+	}
+	if err := s.Reset(ctx, "p", specs[4:5]); err != nil {
+		t.Fatal(err)
+	}
+	checkPeek(t, "a shared key's slots", peekAll(t, s, specs[4], specs[5]), []Snapshot{{Remaining: 100, Limit: 100}, {Remaining: 10, Limit: 10}})
+	if err := s.Reset(ctx, "p", nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("reset of no bucket: %v, want ErrInvalid", err)
+	}
 }

@@ -35,6 +35,11 @@
 // never above its configured limit). A provider 429 with retry-after r pauses a token bucket for
 // every replica by lowering it to c - r x rate: no request of cost c fits before r has passed.
 //
+// Peek reads buckets for an operator (the admin API) without writing anything: no key is created,
+// no value or expiry changes; it is a call of its own (bucket.lua's op P), never part of a
+// decision's. Reset makes buckets full by deleting their keys (a shared key's other slots with
+// them).
+//
 // A Concurrency bucket caps requests in flight: each admitted request holds a lease
 // (Request.Lease, one sorted-set member scored by its expiry) until Adjust releases it or its
 // time to live (the Spec's Period, set to the route timeout) passes, so a release that never
@@ -126,7 +131,8 @@
 // the library gets it again (library.go). Callers never see either. The library's name carries a
 // hash of its code, so that replicas of two builds each call their own during a rolling upgrade;
 // earlier versions stay loaded, a few KB each, until deleted (FUNCTION DELETE). A Redis ACL user
-// needs +fcall and +function|load for the fast path, +evalsha and +eval for the fallback. If a reply is lost after Redis
+// needs +fcall and +function|load for the fast path, +evalsha and +eval for the fallback, +del
+// for Reset. If a reply is lost after Redis
 // ran the script, go-redis may retry it: an over-charge, never an over-admission. After a
 // failover to a server whose clock is behind, buckets do not refill until its clock catches up.
 package bucket

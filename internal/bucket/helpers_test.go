@@ -18,6 +18,8 @@ type store interface {
 	Take(ctx context.Context, req *Request) (Result, error)
 	Adjust(ctx context.Context, tag string, adj []Adjustment) error
 	Lower(ctx context.Context, tag string, lv []Level) error
+	Peek(ctx context.Context, tag string, specs []Spec) ([]Snapshot, error)
+	Reset(ctx context.Context, tag string, specs []Spec) error
 	Ping(ctx context.Context) error
 }
 

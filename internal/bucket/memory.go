@@ -228,6 +228,58 @@ func (m *Memory) Lower(ctx context.Context, tag string, lv []Level) error {
 	return nil
 }
 
+// Peek reads specs like Redis.Peek: nothing is written, not even the removal of an expired
+// entry (which reads as absent, as in Redis).
+func (m *Memory) Peek(ctx context.Context, tag string, specs []Spec) ([]Snapshot, error) {
+	specs, err := peekSpecs(tag, specs)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clock := m.now()
+	now := float64(clock.UnixMicro())
+	out := make([]Snapshot, len(specs))
+	for i := range specs {
+		sp := &specs[i]
+		b := loaded{peek: true}
+		m.load(&b, memKey{tag, sp.Name, sp.Code(), sp.Slot}, paramsOf(sp, 0, clock), now, "")
+		out[i] = Snapshot{Remaining: int64(b.remaining()), Limit: int64(b.p.cap), Reset: durationUS(int64(b.reset(now)))}
+		if b.p.alg == CodeConcurrency {
+			out[i].Leases = int64(b.cnt)
+		}
+	}
+	return out, nil
+}
+
+// Reset makes specs full like Redis.Reset: a token bucket in a shared key takes the key's other
+// slots with it.
+func (m *Memory) Reset(ctx context.Context, tag string, specs []Spec) error {
+	specs, err := peekSpecs(tag, specs)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range specs {
+		sp := &specs[i]
+		if sp.Slot == 0 {
+			delete(m.buckets, memKey{tag, sp.Name, sp.Code(), 0})
+			continue
+		}
+		for slot := byte(1); slot <= MaxSlots; slot++ {
+			delete(m.buckets, memKey{tag, sp.Name, sp.Code(), slot})
+		}
+	}
+	return nil
+}
+
 // loaded is one bucket of a call, as of now, before anything is written.
 type loaded struct {
 	p     params
@@ -248,6 +300,8 @@ type loaded struct {
 	wait       float64
 	impossible bool
 	busy       bool
+	// peek: load leaves an expired entry in place (Peek writes nothing).
+	peek bool
 }
 
 // load reads key as bucket.lua does; lease is the call's lease ("" for none).
@@ -255,7 +309,9 @@ func (m *Memory) load(b *loaded, key memKey, p params, now float64, lease string
 	b.p, b.key = p, key
 	e := m.buckets[key]
 	if e != nil && now > e.expires {
-		delete(m.buckets, key)
+		if !b.peek {
+			delete(m.buckets, key)
+		}
 		e = nil
 	}
 	b.entry = e

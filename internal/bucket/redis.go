@@ -126,6 +126,81 @@ func (s *Redis) Lower(ctx context.Context, tag string, lv []Level) error {
 	return s.runCount(ctx, "lower", tag, keys, a, len(lv))
 }
 
+// Peek reads the state of every bucket of specs under tag, in one round trip, without writing
+// anything: no key is created, changed or given another expiry. Costs, floors and leases are
+// ignored. It is a call of its own, never coalesced with decisions (RedisOptions.MaxBatch).
+func (s *Redis) Peek(ctx context.Context, tag string, specs []Spec) ([]Snapshot, error) {
+	specs, err := peekSpecs(tag, specs)
+	if err != nil {
+		return nil, err
+	}
+	spec := func(i int) *Spec { return &specs[i] }
+	keys := s.keys(tag, len(specs), spec)
+	var buf [512]byte
+	a := appendHeader(buf[:0], 'P', len(keys), 0, "")
+	now := s.clock()
+	for i := range specs {
+		a = appendParams(a, paramsOf(&specs[i], 0, now), continues(spec, i))
+	}
+	replies, err := splitReplies(s.lib.run(ctx, s.client, keys, s.withClock([]any{string(a)})))
+	if err != nil {
+		return nil, err
+	}
+	if len(replies) != 1 {
+		return nil, replyCountError(len(replies), 1)
+	}
+	v, err := callReply(replies[0])
+	if err != nil {
+		return nil, err
+	}
+	return parsePeek(v, len(specs))
+}
+
+// Reset makes every bucket of specs under tag full, deleting its key in one DEL (the keys share
+// the tag's hash slot). A token bucket in a shared key (Spec.Slot) takes the key's other slots
+// with it: the same rule's and scope's other first windows, which are full again too.
+func (s *Redis) Reset(ctx context.Context, tag string, specs []Spec) error {
+	specs, err := peekSpecs(tag, specs)
+	if err != nil {
+		return err
+	}
+	keys := s.keys(tag, len(specs), func(i int) *Spec { return &specs[i] })
+	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("bucket: reset: %w", err)
+	}
+	return nil
+}
+
+// peekSpecs validates the buckets of a Peek or Reset, returning a copy without costs, floors
+// or leases.
+func peekSpecs(tag string, specs []Spec) ([]Spec, error) {
+	out := make([]Spec, len(specs))
+	for i, sp := range specs {
+		sp.Cost, sp.Floor = 0, 0
+		out[i] = sp
+	}
+	r := Request{Tag: tag, Buckets: out}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parsePeek decodes the script's peek reply (4n little-endian int64s), checking its size.
+func parsePeek(v any, n int) ([]Snapshot, error) {
+	raw, ok := v.(string)
+	if !ok || len(raw) != 8*4*n {
+		return nil, fmt.Errorf("%w: peek returned %T of %d bytes, want %d", ErrReply, v, lenOf(v), 8*4*n)
+	}
+	num := func(i int) int64 { return int64(binary.LittleEndian.Uint64([]byte(raw[8*i : 8*i+8]))) }
+	out := make([]Snapshot, n)
+	for i := range n {
+		j := 4 * i
+		out[i] = Snapshot{Remaining: num(j), Limit: num(j + 1), Reset: durationUS(max(num(j+2), 0)), Leases: max(num(j+3), 0)}
+	}
+	return out, nil
+}
+
 // runCount runs an adjust or lower call of n buckets, whose reply is n.
 func (s *Redis) runCount(ctx context.Context, op, tag string, keys []string, argv []byte, n int) error {
 	v, err := s.run(ctx, tag, keys, argv)

@@ -623,3 +623,84 @@ func TestRedisWithoutFunctions(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisPeekWritesNothing: a peek creates no key, and leaves every key's value and absolute
+// expiry as they were, on a single node and on a Cluster (whose replies come from the tag's
+// shard).
+func TestRedisPeekWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	single := redistest.StartServer(t).Client()
+	cluster := redistest.StartCluster(t).Client()
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+	}{{"redis", single}, {"cluster", cluster}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock(t0)
+			prefix := uniquePrefix()
+			s := newFakeTimeRedis(tc.client, RedisOptions{Prefix: prefix}, clk.Now)
+			specs := peekSet()
+			// state is every key of specs: its type, value (DUMP) and absolute expiry.
+			state := func() map[string]string {
+				out := map[string]string{}
+				for _, k := range s.keys("p", len(specs), func(i int) *Spec { return &specs[i] }) {
+					n, err := tc.client.Exists(ctx, k).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n == 0 {
+						continue
+					}
+					dump, err := tc.client.Dump(ctx, k).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					exp, err := tc.client.Do(ctx, "PEXPIRETIME", k).Int64()
+					if err != nil {
+						t.Fatal(err)
+					}
+					out[k] = fmt.Sprintf("%x@%d", dump, exp)
+				}
+				return out
+			}
+			if _, err := s.Peek(ctx, "p", specs); err != nil {
+				t.Fatal(err)
+			}
+			if got := state(); len(got) != 0 {
+				t.Fatalf("a peek of absent buckets created keys: %v", got)
+			}
+			if res := take(t, s, leased("a", specs...)); res.Outcome != Allowed {
+				t.Fatalf("take: %+v", res)
+			}
+			before := state()
+			if len(before) != 5 { // the pair shares one key
+				t.Fatalf("after a take: %d keys, want 5: %v", len(before), before)
+			}
+			clk.Advance(3 * time.Second)
+			if _, err := s.Peek(ctx, "p", specs); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(before, state()); diff != "" {
+				t.Fatalf("a peek changed keys (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// An op the script does not know is the call's error, never a take.
+func TestRedisUnknownOp(t *testing.T) {
+	t.Parallel()
+	s, c, _ := fakeTimeServer(t, uniquePrefix())
+	spec := tokenBucket("tpm", 10, time.Minute, 3)
+	keys := s.keys("p", 1, func(int) *Spec { return &spec })
+	a := appendHeader(nil, 'X', 1, 0, "")
+	a = appendParams(a, paramsOf(&spec, 3, s.clock()), false)
+	if _, err := s.run(context.Background(), "p", keys, a); err == nil || !strings.Contains(err.Error(), "unknown op") {
+		t.Fatalf("op X: %v, want an unknown op error", err)
+	}
+	if n, err := c.Exists(context.Background(), keys[0]).Result(); err != nil || n != 0 {
+		t.Fatalf("op X wrote the bucket: %d %v", n, err)
+	}
+}

@@ -64,6 +64,10 @@ type Config struct {
 	PlansFile string
 	// UsesPlans: some rule has limits_from: plan.
 	UsesPlans bool
+	// Source is the name the limits file was parsed under (its path, or "embedded example"),
+	// and SHA256 the hex SHA-256 of its bytes: the version in force. A reload of
+	// tenant_plans.file keeps both.
+	Source, SHA256 string
 	// Hosts finds the provider the file declares (providers) for a request's host; never nil
 	// once compiled (it may hold no host).
 	Hosts *provider.Hosts

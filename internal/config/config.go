@@ -2,7 +2,9 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -378,6 +380,8 @@ func Parse(data []byte, name string) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, &Error{Name: name, Problems: flatten(errs)}
 	}
+	sum := sha256.Sum256(data)
+	c.Source, c.SHA256 = name, hex.EncodeToString(sum[:])
 	return c, nil
 }
 

@@ -89,7 +89,10 @@ type Breaker struct {
 	transitions *prometheus.CounterVec
 }
 
-var _ Limiter = (*Breaker)(nil)
+var (
+	_ Limiter   = (*Breaker)(nil)
+	_ Inspector = (*Breaker)(nil)
+)
 
 // NewBreaker returns a closed Breaker in front of store.
 func NewBreaker(store Limiter, opts BreakerOptions) *Breaker {
@@ -141,6 +144,25 @@ func (b *Breaker) Take(ctx context.Context, req *bucket.Request) (bucket.Result,
 // Adjust calls the store's Adjust, whatever the state.
 func (b *Breaker) Adjust(ctx context.Context, tag string, adj []bucket.Adjustment) error {
 	return b.store.Adjust(ctx, tag, adj)
+}
+
+// Peek calls the store's Peek whatever the state (an operator's read is no decision, and its
+// failure counts for nothing); ErrNoInspector when the store has none.
+func (b *Breaker) Peek(ctx context.Context, tag string, specs []bucket.Spec) ([]bucket.Snapshot, error) {
+	in, ok := b.store.(Inspector)
+	if !ok {
+		return nil, ErrNoInspector
+	}
+	return in.Peek(ctx, tag, specs)
+}
+
+// Reset calls the store's Reset whatever the state; ErrNoInspector when the store has none.
+func (b *Breaker) Reset(ctx context.Context, tag string, specs []bucket.Spec) error {
+	in, ok := b.store.(Inspector)
+	if !ok {
+		return ErrNoInspector
+	}
+	return in.Reset(ctx, tag, specs)
 }
 
 // allow reports whether a decision may call the store, and whether that call is the probe.

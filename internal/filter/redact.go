@@ -14,6 +14,10 @@ func tenantHash(tenant string) string {
 	return string(appendTenantHash(buf[:0], tenant))
 }
 
+// TenantHash is tenantHash for the other rooms' logs (the admin API's): the same 16 hex digits
+// the decisions' lines carry as tenant_hash, "" for "".
+func TenantHash(tenant string) string { return tenantHash(tenant) }
+
 // appendTenantHash appends tenantHash(tenant) to b, without allocating for a short tenant.
 func appendTenantHash(b []byte, tenant string) []byte {
 	if tenant == "" {

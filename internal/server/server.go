@@ -58,6 +58,9 @@ type Options struct {
 	DrainTimeout time.Duration
 	// MaxRecvBytes is the largest CheckRequest accepted.
 	MaxRecvBytes int
+	// AdminToken is the bearer token the admin API's changes need (POST /v1/buckets/reset);
+	// empty refuses every change with 403. Reads need none.
+	AdminToken string
 	// Pprof serves /debug/pprof on the admin port.
 	Pprof bool
 	// TLSCert and TLSKey, when set, serve gRPC over TLS (PEM files, reloaded when they change).
@@ -96,6 +99,9 @@ type store interface {
 var (
 	_ store = (*bucket.Redis)(nil)
 	_ store = (*bucket.Memory)(nil)
+	// The admin API peeks and resets through the breaker, which asks its store for these.
+	_ filter.Inspector = (*bucket.Redis)(nil)
+	_ filter.Inspector = (*bucket.Memory)(nil)
 )
 
 // Server is a running service: built by New, run by Serve. Its methods are safe for concurrent
@@ -529,6 +535,7 @@ func (s *Server) watchPlans(ctx context.Context, path string) {
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.adminAPI(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n") //nolint:errcheck // best effort
 	})
