@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -46,10 +47,22 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 	fs.StringVar(&o.DecisionLog, "decision-log", envOr("DECISION_LOG", ""), "write one JSON line per decision and per settlement to this file (- for stdout), for ext-authz replay; never a prompt, a body or a credential; empty: off (env DECISION_LOG)")
 	fs.Int64Var(&o.DecisionLogMaxBytes, "decision-log-max-bytes", 100<<20, "rotate the decision log when it reaches this size")
 	fs.IntVar(&o.DecisionLogKeep, "decision-log-keep", 5, "rotated decision log files kept (FILE.1 the newest); 0: none")
+	fs.StringVar(&o.Tracing.Endpoint, "otlp-endpoint", envOr("OTEL_EXPORTER_OTLP_ENDPOINT", ""), "trace decisions and settlements to this OTLP/gRPC collector (host:port, or http://host:port for plain gRPC); empty: no tracing (env OTEL_EXPORTER_OTLP_ENDPOINT)")
+	fs.BoolVar(&o.Tracing.Insecure, "otlp-insecure", false, "speak plain gRPC to the OTLP collector (a sidecar or node agent) rather than TLS")
+	fs.Float64Var(&o.Tracing.Ratio, "trace-ratio", 1, "share of traces sampled that the caller's traceparent did not decide (0 to 1)")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", err
 	}
 	var err error
+	if o.Tracing.Endpoint, o.Tracing.Insecure, err = otlpEndpoint(o.Tracing.Endpoint, o.Tracing.Insecure); err != nil {
+		return nil, "", err
+	}
+	if o.Tracing.Ratio < 0 || o.Tracing.Ratio > 1 {
+		return nil, "", fmt.Errorf("serve: -trace-ratio %v must be between 0 and 1", o.Tracing.Ratio)
+	}
+	if o.Tracing.Endpoint != "" && o.Tracing.Ratio == 0 {
+		return nil, "", errors.New("serve: -trace-ratio 0 samples nothing: leave -otlp-endpoint empty to turn tracing off")
+	}
 	if o.AdminToken, err = adminToken(*tokenFile, os.Getenv("ADMIN_TOKEN")); err != nil {
 		return nil, "", err
 	}
@@ -72,6 +85,19 @@ func parseServe(args []string, stderr io.Writer) (*server.Options, string, error
 		return nil, "", errors.New("serve: -max-recv-bytes must be at least 65536")
 	}
 	return o, logLevel, nil
+}
+
+// otlpEndpoint is the collector's host:port of an -otlp-endpoint given as host:port or as a URL
+// (OTEL_EXPORTER_OTLP_ENDPOINT's form): http:// is plain gRPC, https:// TLS.
+func otlpEndpoint(v string, insecure bool) (string, bool, error) {
+	if v == "" || !strings.Contains(v, "://") {
+		return v, insecure, nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", false, fmt.Errorf("serve: -otlp-endpoint %q: want host:port, http://host:port or https://host:port", v)
+	}
+	return u.Host, insecure || u.Scheme == "http", nil
 }
 
 // adminToken is the admin API's token: the content of file, surrounding white space removed, or

@@ -252,3 +252,14 @@ func unsafeString(b []byte) string {
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
+
+// TraceContext is the W3C trace context among data's headers (traceparent, tracestate; ""
+// when absent), read in a pass of its own so that Decode, on every decision, reads no header
+// for tracing; only a traced decision pays this second pass.
+func TraceContext(data []byte) (parent, state string) {
+	var w Request
+	if Decode(data, "traceparent", "tracestate", &w) != nil {
+		return "", ""
+	}
+	return w.Header[HeaderTenant], w.Header[HeaderPriority]
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -100,6 +101,10 @@ type Options struct {
 	// PricingTimeout is the longest an exact count of a large body may take before its upper
 	// bound answers instead. Default DefaultPricingTimeout.
 	PricingTimeout time.Duration
+	// Tracer, when set, traces every decision (internal/tracing): a span for the check, the
+	// child of the application's when the request carries a W3C traceparent, with spans for its
+	// pricing, its store calls and its hold. Default: none, no spans.
+	Tracer trace.Tracer
 	// Recorder, when set, receives every decision, and every reservation gets an id in the
 	// metadata (reservation.MetadataIDKey) that the response path's record names. Default: none,
 	// and no id.
@@ -271,13 +276,18 @@ func (f *Filter) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 // Options.CheckTimeout) may still be reading it. The service's codec gives every request its
 // own copy, which nothing writes.
 // A malformed encoding is an InvalidArgument error, like a request without HTTP attributes.
-func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
+func (f *Filter) CheckBytes(ctx context.Context, data []byte) (a *Answer, err error) {
 	start := f.opts.Now()
 	p := f.policy.Load()
 	var w authzwire.Request
 	if err := decode(p, data, &w); err != nil {
 		f.m.error(reasonMalformed)
 		return nil, err
+	}
+	if f.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = f.startCheck(ctx, data, start)
+		defer func() { endCheck(span, a, err) }()
 	}
 	r, err := f.parse(p, &w)
 	if err != nil {
@@ -309,7 +319,9 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	}
 
 	t0 := f.opts.Now()
-	est := f.price(ctx, p, &r.in, start)
+	pctx, span := f.child(ctx, spanPricing)
+	est := f.price(pctx, p, &r.in, start)
+	span.End()
 	t1 := f.opts.Now()
 	f.m.priced(&est, t1.Sub(t0))
 	if est.NCache > 0 {
@@ -365,11 +377,14 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 		defer f.held.Add(-1)
 		f.m.holding(1)
 		defer f.m.holding(-1)
-		if err := f.opts.Sleep(ctx, res.Wait); err != nil {
+		hctx, span := f.child(ctx, spanHold)
+		slept := f.opts.Sleep(hctx, res.Wait)
+		span.End()
+		if slept != nil {
 			// Envoy gave up on the request: give the reservation back.
 			f.refund(p, &pl.enforced)
 			f.m.error(reasonHoldCanceled)
-			return nil, status.FromContextError(err).Err()
+			return nil, status.FromContextError(slept).Err()
 		}
 		return f.finish(start, &est, pl, okResponse(pl.headers(&est, &res, 0), pl.metadata(&est, decisionDelayed, res.Wait))), nil
 	case bucket.Impossible:
@@ -695,7 +710,9 @@ func (f *Filter) take(ctx context.Context, p *Policy, req *bucket.Request) (res 
 		sctx, cancel = context.WithTimeout(ctx, f.opts.StoreTimeout)
 		defer cancel()
 	}
+	sctx, span := f.child(sctx, spanTake)
 	res, err = f.opts.Limiter.Take(sctx, req)
+	span.End()
 	if err == errBreakerOpen {
 		return res, t0, err
 	}

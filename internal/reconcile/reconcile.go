@@ -10,6 +10,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,6 +22,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tracing"
 )
 
 // Store is what reconciliation needs of the shared store. bucket.Redis and bucket.Memory
@@ -69,6 +72,10 @@ type Options struct {
 	MaxDecoders int
 	// Recorder, when set, receives every settlement whose reservation has an id. Default: none.
 	Recorder Recorder
+	// Tracer, when set, traces every settlement of a reservation (internal/tracing): a span,
+	// the child of the application's when its request carried a W3C traceparent. Default:
+	// none, no spans.
+	Tracer trace.Tracer
 	// Now is the clock of the settlement records. Default time.Now.
 	Now func() time.Time
 }
@@ -153,6 +160,8 @@ type stream struct {
 	// (retryReader); nil once read, or when the headers said it. The body is kept in body (raw),
 	// decoded first when compressed.
 	retry retryReader
+	// traceparent and tracestate are the request's W3C trace context, read when tracing is on.
+	traceparent, tracestate string
 }
 
 // retryReader is a dialect whose provider 429 gives its wait in the body rather than in a
@@ -188,6 +197,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				return nil
 			}
 			return err
+		}
+		if s.opts.Tracer != nil && st.traceparent == "" {
+			if h := req.GetRequestHeaders(); h != nil {
+				st.traceparent, st.tracestate = traceContext(h.GetHeaders())
+			}
 		}
 		if st.res == nil && !st.malformed {
 			res, rid, err := reservationOf(req.GetMetadataContext())
@@ -494,6 +508,16 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		result = resultUsage
 	}
 	provider := r.Tag
+	if s.opts.Tracer != nil {
+		var span trace.Span
+		_, span = s.opts.Tracer.Start(tracing.Parent(context.Background(), st.traceparent, st.tracestate), spanSettle)
+		span.SetAttributes(attribute.String("llm_ratelimit.result", string(result)), attribute.String("llm_ratelimit.provider", provider),
+			attribute.String("llm_ratelimit.model", r.Model), attribute.Int("http.response.status_code", status))
+		defer span.End()
+		if found {
+			span.SetAttributes(attribute.Int64("llm_ratelimit.input_tokens", u.Input), attribute.Int64("llm_ratelimit.output_tokens", u.Output))
+		}
+	}
 	actual := counted(r, u)
 	if found && !failed {
 		if b, why := st.set.bound(r.Prompt + r.Output*max(r.Weight, 1)); actual.max() > b {

@@ -31,6 +31,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tracing"
 )
 
 // Options are the deploy-time settings of the service. cmd/ext-authz fills them from flags and
@@ -87,6 +88,9 @@ type Options struct {
 	DecisionLog         string
 	DecisionLogMaxBytes int64
 	DecisionLogKeep     int
+	// Tracing is the OpenTelemetry tracing of decisions and settlements (internal/tracing);
+	// off with no Endpoint.
+	Tracing tracing.Options
 }
 
 // store is what the service needs of a bucket store.
@@ -108,6 +112,7 @@ var (
 // use.
 type Server struct {
 	opts     *Options
+	tracing  *tracing.Tracing
 	log      *zap.Logger
 	reg      *prometheus.Registry
 	filter   *filter.Filter
@@ -200,6 +205,13 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		frec, rrec = s.decisions, s.decisions
 		log.Info("decision log", zap.String("path", o.DecisionLog))
 	}
+	s.tracing, err = tracing.New(context.Background(), o.Tracing)
+	if err != nil {
+		return nil, err
+	}
+	if s.tracing != nil {
+		log.Info("tracing: OTLP", zap.String("endpoint", o.Tracing.Endpoint), zap.Float64("ratio", o.Tracing.Ratio))
+	}
 	s.breaker = filter.NewBreaker(s.store, filter.BreakerOptions{
 		Failures: o.BreakerFailures, OpenFor: o.BreakerOpenFor, Logger: log, Registerer: s.reg,
 	})
@@ -214,6 +226,7 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		CheckTimeout: o.CheckTimeout,
 		PricingSlots: o.PricingSlots,
 		Recorder:     frec,
+		Tracer:       s.tracing.Tracer(),
 	})
 	if err != nil {
 		return nil, err
@@ -242,7 +255,7 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.rec, err = reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg), Settlement: &set,
-		Recorder: rrec})
+		Recorder: rrec, Tracer: s.tracing.Tracer()})
 	if err != nil {
 		return nil, err
 	}
@@ -276,10 +289,18 @@ func (s *Server) release() error {
 		s.grpc.Stop()
 	}
 	s.closeDecisions()
+	s.closeTracing()
 	if s.closer != nil {
 		return s.closer()
 	}
 	return nil
+}
+
+// closeTracing exports the spans still pending and stops tracing.
+func (s *Server) closeTracing() {
+	if err := s.tracing.Shutdown(context.Background()); err != nil {
+		s.log.Warn("tracing", zap.Error(err))
+	}
 }
 
 // closeDecisions writes out and closes the decision log, once the checks are done.
@@ -397,6 +418,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.replicas.leave()
 	}
 	s.closeDecisions()
+	s.closeTracing()
 	s.log.Info("stopped")
 	return err
 }
