@@ -327,7 +327,9 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (*Answer, error) {
 	// Shadow buckets are counted apart so that they never block the enforced ones.
 	if len(pl.shadow.Buckets) > 0 {
 		if res, _, err := f.take(ctx, p, &pl.shadow); err == nil {
-			pl.shadowOutcome = res.Outcome
+			pl.shadowOutcome, pl.shadowBlocking = res.Outcome, res.Blocking
+		} else {
+			pl.shadowFailed = true
 		}
 	}
 	if len(pl.enforced.Buckets) == 0 {
