@@ -568,7 +568,7 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 	}
 	s.m.reconciled(provider, &refund, &overage)
 	if found && !failed {
-		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
+		s.m.usage(provider, r.Model, r.Prompt, r.Output, u)
 	}
 	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),
