@@ -731,6 +731,10 @@ func (f *Filter) holdable(dl time.Time, want time.Duration, maxHeld int) time.Du
 
 // storeFailed applies failure.mode when the shared store cannot decide.
 func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, est *tokens.Estimate, pl *plan, err error) (*Answer, error) {
+	if pl.shadowAll {
+		// In global shadow mode the enforced take is the shadow one.
+		pl.shadowFailed = true
+	}
 	if errors.Is(err, errBreakerOpen) {
 		// The breaker logged the outage once: no line per request.
 		f.m.error(reasonBreakerOpen)

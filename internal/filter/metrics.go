@@ -150,8 +150,8 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 		m.ruleDecisions.WithLabelValues(r.Name, decision, limit).Inc()
 	}
 	switch {
-	case pl.shadowAll && decision == decisionShadow:
-		m.shadowed(pl.owners, pl.result.Outcome, pl.result.Blocking, false)
+	case pl.shadowAll && (decision == decisionShadow || pl.shadowFailed):
+		m.shadowed(pl.owners, pl.result.Outcome, pl.result.Blocking, pl.shadowFailed)
 	case len(pl.shadowOwners) > 0:
 		m.shadowed(pl.shadowOwners, pl.shadowOutcome, pl.shadowBlocking, pl.shadowFailed)
 	}

@@ -88,3 +88,45 @@ func equalSamples(a, b map[string]float64) bool {
 	}
 	return true
 }
+
+// A shadow take the store does not answer is counted as error, for a shadow rule and in global
+// shadow mode alike; the request's own decision follows failure.mode.
+func TestShadowStoreFailureCounted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, limits string
+		want         map[string]float64
+	}{
+		{"shadow_rule", `
+failure: {mode: allow}
+rules:
+  - name: enforced
+    match: {provider: openai}
+    tokens: {limit: 1000, period: minute}
+  - name: trial
+    match: {provider: openai}
+    tokens: {limit: 10, period: minute}
+    shadow: true
+`, map[string]float64{"limit=,outcome=error,rule=trial": 1}},
+		{"global", `
+shadow: true
+failure: {mode: allow}
+rules:
+  - name: small
+    match: {provider: openai}
+    tokens: {limit: 150, period: minute}
+`, map[string]float64{"limit=,outcome=error,rule=small": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			e := newEnv(t, tc.limits, Options{Limiter: failing{}, Metrics: NewMetrics(reg)})
+			if d := decision(e.check(t, "chat_trial")); d != decisionFailOpen {
+				t.Fatalf("decision = %q, want %q", d, decisionFailOpen)
+			}
+			if got := samples(t, reg, "llm_ratelimit_shadow_decisions_total"); !equalSamples(got, tc.want) {
+				t.Errorf("shadow decisions = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

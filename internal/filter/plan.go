@@ -61,7 +61,8 @@ type plan struct {
 	// shadowAll is true in global shadow mode: enforced buckets are counted, never enforced.
 	shadowAll bool
 	// shadowOutcome and shadowBlocking are the shadow buckets' take (shadowBlocking indexes
-	// shadowOwners); shadowFailed: the store did not answer it.
+	// shadowOwners); shadowFailed: the store did not answer it (in global shadow mode, the
+	// enforced take).
 	shadowOutcome  bucket.Outcome
 	shadowBlocking int
 	shadowFailed   bool
