@@ -217,3 +217,106 @@ func sorted(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
+
+// The dashboard names no data source of its own: every panel and query uses the data source
+// variable, a Prometheus one, so that it imports into any Grafana.
+func TestDashboardDataSourceVariable(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../deploy/grafana/llm-ratelimit.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Query      any
+			}
+		}
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, v := range d.Templating.List {
+		found = found || (v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus")
+	}
+	if !found {
+		t.Error("no Prometheus data source variable named datasource")
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if k == "datasource" {
+					n++
+					ds, _ := x.(map[string]any)
+					if ds["type"] != "prometheus" || ds["uid"] != "${datasource}" {
+						t.Errorf("data source %v, want {prometheus ${datasource}}", x)
+					}
+					continue
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	if n == 0 {
+		t.Error("no panel names a data source")
+	}
+}
+
+// Every alert waits before it fires and says what it is and what to do.
+func TestAlertsAnnotated(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				For         string            `yaml:"for"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Alert == "" {
+				t.Errorf("rule %d is not an alert", n)
+			}
+			if d, err := time.ParseDuration(r.For); err != nil || d < time.Minute {
+				t.Errorf("%s: for %q, want a minute or more", r.Alert, r.For)
+			}
+			if r.Labels["severity"] == "" {
+				t.Errorf("%s: no severity", r.Alert)
+			}
+			for _, a := range []string{"summary", "description"} {
+				if r.Annotations[a] == "" {
+					t.Errorf("%s: no %s", r.Alert, a)
+				}
+			}
+		}
+	}
+	if n < 8 {
+		t.Errorf("%d alerts, want at least 8", n)
+	}
+}
