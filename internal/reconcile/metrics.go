@@ -75,8 +75,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Actual tokens reported by the provider over the tokens reserved at admission, per response.",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2}}, []string{"provider", "model"}),
 		prompt: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_prompt_estimate_ratio",
-			Help:    "Prompt tokens reported by the provider over the prompt tokens priced at admission, per response that reports both: the prompt estimate's own error.",
-			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1, 1.01, 1.05, 1.1, 1.25, 1.5, 2}}, []string{"provider", "model"}),
+			Help:    "Prompt tokens reported by the provider over the prompt tokens priced at admission, per response that reports both: the prompt estimate's own error; exact is whether admission counted the prompt exactly (true, false, unknown).",
+			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1, 1.01, 1.05, 1.1, 1.25, 1.5, 2}}, []string{"provider", "model", "exact"}),
 		output: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_output_use_ratio",
 			Help:    "Output tokens reported by the provider over the output tokens reserved at admission, per response with usage.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1}}, []string{"provider", "model"}),
@@ -121,8 +121,9 @@ func (m *Metrics) settled(r result, provider, _ string) {
 }
 
 // usage observes a settled response's reported usage u against its reservation's estimate:
-// prompt tokens and reserved output (before the output weight).
-func (m *Metrics) usage(prov, model string, prompt, output int64, u provider.Usage) {
+// prompt tokens, counted exactly or not (exact, a label), and reserved output (before the
+// output weight).
+func (m *Metrics) usage(prov, model, exact string, prompt, output int64, u provider.Usage) {
 	if m == nil {
 		return
 	}
@@ -132,7 +133,7 @@ func (m *Metrics) usage(prov, model string, prompt, output int64, u provider.Usa
 	}
 	// A report without an input count (a stream cut before it) says nothing of the prompt.
 	if prompt > 0 && u.Input > 0 {
-		m.prompt.WithLabelValues(prov, model).Observe(float64(u.Input) / float64(prompt))
+		m.prompt.WithLabelValues(prov, model, exact).Observe(float64(u.Input) / float64(prompt))
 	}
 	if output > 0 {
 		m.output.WithLabelValues(prov, model).Observe(float64(u.Output) / float64(output))
