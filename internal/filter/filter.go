@@ -339,7 +339,9 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (a *Answer, err er
 	// Shadow buckets are counted apart so that they never block the enforced ones.
 	if len(pl.shadow.Buckets) > 0 {
 		if res, _, err := f.take(ctx, p, &pl.shadow); err == nil {
-			pl.shadowOutcome = res.Outcome
+			pl.shadowOutcome, pl.shadowBlocking = res.Outcome, res.Blocking
+		} else {
+			pl.shadowFailed = true
 		}
 	}
 	if len(pl.enforced.Buckets) == 0 {
@@ -746,6 +748,10 @@ func (f *Filter) holdable(dl time.Time, want time.Duration, maxHeld int) time.Du
 
 // storeFailed applies failure.mode when the shared store cannot decide.
 func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, est *tokens.Estimate, pl *plan, err error) (*Answer, error) {
+	if pl.shadowAll {
+		// In global shadow mode the enforced take is the shadow one.
+		pl.shadowFailed = true
+	}
 	if errors.Is(err, errBreakerOpen) {
 		// The breaker logged the outage once: no line per request.
 		f.m.error(reasonBreakerOpen)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -45,6 +46,7 @@ func storeReason(ctx context.Context, err error) Reason {
 type Metrics struct {
 	decisions     *prometheus.CounterVec
 	ruleDecisions *prometheus.CounterVec
+	shadow        *prometheus.CounterVec
 	tokens        *prometheus.CounterVec
 	approximate   *prometheus.CounterVec
 	pricing       prometheus.Histogram
@@ -69,6 +71,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "llm_ratelimit_rule_decisions_total",
 			Help: "Decisions per applied rule; limit is the rule's amount that denied (tokens or requests), empty otherwise.",
 		}, []string{"rule", "decision", "limit"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_shadow_decisions_total",
+			Help: "Outcomes of shadow rules (and of every rule in global shadow mode), which are counted, never enforced: allowed, denied, too_large, or error (the store did not answer); limit is the rule's amount that would have refused, empty otherwise.",
+		}, []string{"rule", "outcome", "limit"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_tokens_reserved_total",
 			Help: "Tokens reserved by admitted requests (prompt plus reserved output), by provider and model.",
@@ -102,7 +108,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"provider"}),
 		models: labelCap{max: 100},
 	}
-	reg.MustRegister(m.decisions, m.ruleDecisions, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads)
+	reg.MustRegister(m.decisions, m.ruleDecisions, m.shadow, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads)
 	return m
 }
 
@@ -143,6 +149,48 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 		}
 		m.ruleDecisions.WithLabelValues(r.Name, decision, limit).Inc()
 	}
+	switch {
+	case pl.shadowAll && (decision == decisionShadow || pl.shadowFailed):
+		m.shadowed(pl.owners, pl.result.Outcome, pl.result.Blocking, pl.shadowFailed)
+	case len(pl.shadowOwners) > 0:
+		m.shadowed(pl.shadowOwners, pl.shadowOutcome, pl.shadowBlocking, pl.shadowFailed)
+	}
+}
+
+// shadowed counts the outcome of a shadow take once for each rule of owners (which lists a
+// rule's buckets next to each other); the limit label goes to the rule of the blocking bucket.
+func (m *Metrics) shadowed(owners []owner, o bucket.Outcome, blocking int, failed bool) {
+	outcome := shadowOutcomeLabel(o)
+	if failed {
+		outcome = "error"
+	}
+	refused := !failed && (o == bucket.Denied || o == bucket.Impossible)
+	for i := range owners {
+		r := owners[i].rule
+		if i > 0 && owners[i-1].rule == r {
+			continue
+		}
+		limit := ""
+		if refused && blocking >= 0 && blocking < len(owners) && owners[blocking].rule == r {
+			limit = kindName(owners[blocking].kind)
+		}
+		m.shadow.WithLabelValues(r.Name, outcome, limit).Inc()
+	}
+}
+
+// shadowOutcomeLabel names a shadow outcome as the decision it would have been.
+func shadowOutcomeLabel(o bucket.Outcome) string {
+	switch o {
+	case bucket.Allowed:
+		return decisionAllowed
+	case bucket.Delayed:
+		return decisionDelayed
+	case bucket.Denied:
+		return decisionDenied
+	case bucket.Impossible:
+		return decisionTooLarge
+	}
+	return "unknown"
 }
 
 func (m *Metrics) store(op string, d time.Duration, err error) {

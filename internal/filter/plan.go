@@ -48,7 +48,9 @@ type plan struct {
 	enforced bucket.Request
 	shadow   bucket.Request
 	owners   []owner // parallel to enforced.Buckets
-	rules    []*config.Rule
+	// shadowOwners is parallel to shadow.Buckets.
+	shadowOwners []owner
+	rules        []*config.Rule
 	// tenantPlan is the tenant's plan when a rule with limits_from: plan applied, else nil.
 	tenantPlan *config.Plan
 	tenant     string
@@ -57,10 +59,15 @@ type plan struct {
 	// logClearTenant: the metadata names the tenant itself, not its hash (tenant.log: clear).
 	logClearTenant bool
 	// shadowAll is true in global shadow mode: enforced buckets are counted, never enforced.
-	shadowAll     bool
-	shadowOutcome bucket.Outcome
-	local         bool
-	result        bucket.Result
+	shadowAll bool
+	// shadowOutcome and shadowBlocking are the shadow buckets' take (shadowBlocking indexes
+	// shadowOwners); shadowFailed: the store did not answer it (in global shadow mode, the
+	// enforced take).
+	shadowOutcome  bucket.Outcome
+	shadowBlocking int
+	shadowFailed   bool
+	local          bool
+	result         bucket.Result
 	// decided is when the shared store answered the enforced buckets' take (zero before).
 	decided time.Time
 	// debited is true once the shared store debited the enforced buckets (the reservation).
@@ -80,6 +87,7 @@ type plan struct {
 	// allocates nothing but the plan itself.
 	bucketsBuf [4]bucket.Spec
 	ownersBuf  [4]owner
+	shadowBuf  [4]owner
 	rulesBuf   [1]*config.Rule
 }
 
@@ -89,6 +97,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	pl := &plan{tenant: r.tenant, priority: r.priority, floor: r.floor, shadowAll: cfg.File.Shadow, own: r.own, path: r.path,
 		logClearTenant: cfg.LogClearTenant, clock: f.opts.Now, bare: f.opts.Bare}
 	pl.enforced.Buckets, pl.owners, pl.rules = pl.bucketsBuf[:0], pl.ownersBuf[:0], pl.rulesBuf[:0]
+	pl.shadowOwners = pl.shadowBuf[:0]
 	pl.prof = dialects.Of(est.Provider).Profile(est.Provider, est.Model)
 	prov := est.ProviderName()
 	cfg.Apply(&pl.prof, prov, est.Model)
@@ -145,6 +154,8 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 			target.Buckets = append(target.Buckets, s)
 			if target == &pl.enforced {
 				pl.owners = append(pl.owners, o)
+			} else {
+				pl.shadowOwners = append(pl.shadowOwners, o)
 			}
 		}
 		// The first window of each dimension, when a token bucket, shares one key with the

@@ -403,7 +403,7 @@ func (m *metadata) append(b []byte) []byte {
 		cost = pl.cost[provider.Tokens] // as the provider's profile counts it (cost.go)
 	}
 	b = authzwire.AppendNumberField(b, "cost", float64(cost))
-	b = authzwire.AppendBoolField(b, "exact", est.Exact)
+	b = authzwire.AppendBoolField(b, reservation.MetadataExactKey, est.Exact)
 	if est.CacheRead > 0 {
 		b = authzwire.AppendNumberField(b, "cache_read_tokens", float64(est.CacheRead))
 	}

@@ -53,6 +53,8 @@ const maxModels = 100
 type Metrics struct {
 	settledTotal *prometheus.CounterVec
 	ratio        *prometheus.HistogramVec
+	prompt       *prometheus.HistogramVec
+	output       *prometheus.HistogramVec
 	tokens       *prometheus.CounterVec
 	held         prometheus.Gauge
 	releases     *prometheus.CounterVec
@@ -72,6 +74,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_usage_ratio",
 			Help:    "Actual tokens reported by the provider over the tokens reserved at admission, per response.",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2}}, []string{"provider", "model"}),
+		prompt: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_prompt_estimate_ratio",
+			Help:    "Prompt tokens reported by the provider over the prompt tokens priced at admission, per response that reports both: the prompt estimate's own error; exact is whether admission counted the prompt exactly (true, false, unknown).",
+			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1, 1.01, 1.05, 1.1, 1.25, 1.5, 2}}, []string{"provider", "model", "exact"}),
+		output: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_output_use_ratio",
+			Help:    "Output tokens reported by the provider over the output tokens reserved at admission, per response with usage.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1}}, []string{"provider", "model"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_reconciled_tokens_total",
 			Help: "Tokens given back (refund) or charged beyond the reservation (overage), by dimension (tokens, input_tokens, output_tokens): per response, the most of any one bucket of the dimension."}, []string{"provider", "direction", "dimension"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_ratelimit_leases_held",
@@ -86,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Responses whose reported usage was above its bound and was settled at the bound, by reason (over_reservation_factor, over_max_usage)."}, []string{"provider", "reason"}),
 		models: map[string]struct{}{},
 	}
-	reg.MustRegister(m.settledTotal, m.ratio, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps)
+	reg.MustRegister(m.settledTotal, m.ratio, m.prompt, m.output, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps)
 	return m
 }
 
@@ -112,9 +120,23 @@ func (m *Metrics) settled(r result, provider, _ string) {
 	}
 }
 
-func (m *Metrics) usage(provider, model string, estimate, actual int64) {
-	if m != nil && estimate > 0 {
-		m.ratio.WithLabelValues(provider, m.model(model)).Observe(float64(actual) / float64(estimate))
+// usage observes a settled response's reported usage u against its reservation's estimate:
+// prompt tokens, counted exactly or not (exact, a label), and reserved output (before the
+// output weight).
+func (m *Metrics) usage(prov, model, exact string, prompt, output int64, u provider.Usage) {
+	if m == nil {
+		return
+	}
+	model = m.model(model)
+	if estimate := prompt + output; estimate > 0 {
+		m.ratio.WithLabelValues(prov, model).Observe(float64(u.Tokens()) / float64(estimate))
+	}
+	// A report without an input count (a stream cut before it) says nothing of the prompt.
+	if prompt > 0 && u.Input > 0 {
+		m.prompt.WithLabelValues(prov, model, exact).Observe(float64(u.Input) / float64(prompt))
+	}
+	if output > 0 {
+		m.output.WithLabelValues(prov, model).Observe(float64(u.Output) / float64(output))
 	}
 }
 

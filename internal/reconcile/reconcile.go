@@ -141,7 +141,10 @@ func (s *Server) SetSettlement(set Settlement) error {
 type stream struct {
 	res *reservation.Reservation
 	// rid is the reservation's id for the decision log ("" when none).
-	rid       string
+	rid string
+	// exact says whether admission counted the prompt exactly: "true", "false", or "unknown"
+	// when the metadata does not say (a metric label).
+	exact     string
 	malformed bool // the reservation could not be read (reported once)
 	rep       report
 	body      parser
@@ -213,7 +216,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 				s.log.Warn("reconcile: reservation not readable, nothing settled",
 					zap.String("reason", string(reasonMalformed)), zap.Error(err))
 			}
-			st.res, st.rid = res, rid
+			st.res, st.rid, st.exact = res, rid, exactOf(req.GetMetadataContext())
 			if st.res != nil && st.res.Lease != "" {
 				s.m.leaseHeld(1)
 			}
@@ -418,6 +421,25 @@ func reservationOf(md *corev3.Metadata) (*reservation.Reservation, string, error
 	return r, ns.GetFields()[reservation.MetadataIDKey].GetStringValue(), err
 }
 
+// exactOf is whether the forwarded ext_authz metadata says the prompt was counted exactly, as a
+// metric label: "true", "false", or "unknown" without the field.
+func exactOf(md *corev3.Metadata) string {
+	v, ok := md.GetFilterMetadata()[reservation.MetadataNamespace].GetFields()[reservation.MetadataExactKey]
+	if !ok {
+		return exactUnknown
+	}
+	if _, ok := v.GetKind().(*structpb.Value_BoolValue); !ok {
+		return exactUnknown
+	}
+	if v.GetBoolValue() {
+		return "true"
+	}
+	return "false"
+}
+
+// exactUnknown is the exactness label of a settlement whose metadata does not say.
+const exactUnknown = "unknown"
+
 // Response is how a reservation's response ended, for Settle.
 type Response struct {
 	// Status is the response's HTTP status; 0: the stream ended before any response.
@@ -433,7 +455,7 @@ type Response struct {
 // provider feedback aside): for an offline replay of recorded settlements. It is safe for
 // concurrent use.
 func (s *Server) Settle(r *reservation.Reservation, resp Response) {
-	st := &stream{res: r, set: s.set.Load(), responded: resp.Status != 0}
+	st := &stream{res: r, set: s.set.Load(), responded: resp.Status != 0, exact: exactUnknown}
 	st.rep.status, st.rep.local = resp.Status, resp.Local
 	s.settle(st, resp.Usage, resp.Found)
 }
@@ -592,7 +614,7 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 	}
 	s.m.reconciled(provider, &refund, &overage)
 	if found && !failed {
-		s.m.usage(provider, r.Model, r.Prompt+r.Output, u.Tokens())
+		s.m.usage(provider, r.Model, st.exact, r.Prompt, r.Output, u)
 	}
 	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),

@@ -23,6 +23,11 @@ const MetadataKey = "reservation"
 // path's settlement record is tied to its decision.
 const MetadataIDKey = "reservation_id"
 
+// MetadataExactKey is the field of the ext_authz dynamic metadata that says whether the
+// request's prompt was counted exactly (true) or estimated (false), for the response path's
+// estimate-error metric.
+const MetadataExactKey = "exact"
+
 // Bucket kinds: what a reserved bucket counts. The check path names its buckets with the same
 // letters.
 const (
