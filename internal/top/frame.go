@@ -139,10 +139,19 @@ func fullIn(b Bucket) string {
 	switch {
 	case d < time.Second:
 		return d.String()
-	case d < time.Hour:
+	case d < time.Minute:
 		return d.Round(time.Second).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Minute)
 	}
-	return d.Round(time.Minute).String()
+	// 10m0s reads 10m, 1h30m0s 1h30m, 2h0m0s 2h.
+	s := strings.TrimSuffix(d.String(), "0s")
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Filtered returns the buckets whose rule or tenant contains sub.
