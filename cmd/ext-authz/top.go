@@ -33,7 +33,7 @@ func topCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *model == "" || fs.NArg() > 0 || *interval <= 0 {
+	if *model == "" || fs.NArg() > 0 || *interval <= 0 || *width < 1 {
 		fs.Usage()
 		return exitCode(2)
 	}

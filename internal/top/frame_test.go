@@ -134,6 +134,12 @@ func TestModelKeys(t *testing.T) {
 	if v := m.View(); !strings.Contains(v, "audit") || strings.Contains(v, "per-tenant") {
 		t.Errorf("filtered view:\n%s", v)
 	}
+	m.Update(tea.WindowSizeMsg{Width: 40})
+	for l := range strings.SplitSeq(m.View(), "\n") {
+		if len(l) > 40 {
+			t.Errorf("line wider than the 40-column terminal: %q", l)
+		}
+	}
 	key("esc")
 	if m.view.Filter != "" {
 		t.Errorf("esc left filter %q", m.view.Filter)

@@ -2,6 +2,7 @@ package top
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -100,11 +101,18 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 	return nil
 }
 
-// View renders the frame for the terminal's width.
+// View renders the frame for the terminal's width; lines wider than the terminal are cut
+// rather than wrapped, so that a narrow window keeps one row per bucket.
 func (m *Model) View() string {
 	s := Render(m.snap, m.view, m.width)
 	if m.editing {
 		s += "\nfilter: " + m.view.Filter + "_"
 	}
-	return s
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if r := []rune(l); len(r) > m.width && m.width > 0 {
+			lines[i] = string(r[:m.width])
+		}
+	}
+	return strings.Join(lines, "\n")
 }
