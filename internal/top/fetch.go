@@ -153,7 +153,7 @@ func ParseMetrics(r io.Reader) (Sample, error) {
 	s := Sample{Decisions: map[string]float64{}}
 	if f := fams["llm_ratelimit_decisions_total"]; f != nil {
 		for _, m := range f.GetMetric() {
-			s.Decisions[label(m, "decision")] += m.GetCounter().GetValue()
+			s.Decisions[label(m, "decision")] += value(m)
 		}
 	}
 	s.Held = gauge(fams["llm_ratelimit_held_requests"])
@@ -170,12 +170,24 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
+// gauge sums a family's values.
 func gauge(f *dto.MetricFamily) float64 {
 	var v float64
 	for _, m := range f.GetMetric() {
-		v += m.GetGauge().GetValue()
+		v += value(m)
 	}
 	return v
+}
+
+// value is a sample's value, whichever type the scrape declared (untyped without a TYPE line).
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	}
+	return m.GetUntyped().GetValue()
 }
 
 // Admitted are the decision results that let a request through; Denied those that answer it
