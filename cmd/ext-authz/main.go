@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return check(ctx, args, stdin, stdout, stderr)
 	case "replay":
 		return replayCmd(args, stdout, stderr)
+	case "top":
+		return topCmd(ctx, args, stdin, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -65,6 +67,7 @@ const usage = `usage:
   ext-authz estimate [flags] [FILE]  price a request body (FILE or stdin) and show the rules and buckets it hits
   ext-authz check [flags] [FILE]     send one Check to a running server and print the answer
   ext-authz replay -config F FILE... replay decision logs against limits offline and report
+  ext-authz top -model M [flags]     watch a running server's buckets and decision rates on its admin port
 Run 'ext-authz COMMAND -h' for the flags of each.
 `
 

@@ -1,0 +1,254 @@
+package top
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Scope names the buckets of one query of GET /v1/buckets.
+type Scope struct {
+	Provider, Model, Tenant, Rule string
+}
+
+// Bucket is one bucket as the admin API reports it, with the tenant of the query that found it.
+type Bucket struct {
+	Tenant string `json:"-"`
+	Rule   string `json:"rule"`
+	Kind   string `json:"kind"`
+	Window uint8  `json:"window"`
+	// Per are the scopes the bucket is kept per.
+	Per       []string `json:"per"`
+	Shadow    bool     `json:"shadow"`
+	Algorithm string   `json:"algorithm"`
+	Limit     int64    `json:"limit"`
+	Capacity  int64    `json:"capacity"`
+	Period    string   `json:"period"`
+	Remaining int64    `json:"remaining"`
+	ResetMS   int64    `json:"reset_ms"`
+	Leases    int64    `json:"leases"`
+}
+
+// Fill is the share of the bucket in use, 0 (full) to 1 (spent).
+func (b Bucket) Fill() float64 {
+	if b.Capacity <= 0 {
+		return 0
+	}
+	f := 1 - float64(b.Remaining)/float64(b.Capacity)
+	return min(max(f, 0), 1)
+}
+
+// Sample is one scrape of /metrics: decision counters summed by result over providers and
+// models, and the gauges top shows.
+type Sample struct {
+	At        time.Time
+	Decisions map[string]float64
+	Held      float64
+	Leases    float64
+}
+
+// Client reads one service's admin port. It is safe for concurrent use.
+type Client struct {
+	// Base is the admin port's URL, such as http://127.0.0.1:9090.
+	Base string
+	HTTP *http.Client
+	// Now is the clock of the samples; nil is time.Now.
+	Now func() time.Time
+}
+
+func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.Base, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, e.Error)
+		}
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return body, nil
+}
+
+// AllTenants is the tenant of a bucket not kept per tenant: one bucket for every tenant asked for.
+const AllTenants = "*"
+
+// Buckets reads GET /v1/buckets for one scope.
+func (c *Client) Buckets(ctx context.Context, s Scope) ([]Bucket, error) {
+	q := url.Values{"provider": {s.Provider}, "model": {s.Model}}
+	if s.Tenant != "" {
+		q.Set("tenant", s.Tenant)
+	}
+	if s.Rule != "" {
+		q.Set("rule", s.Rule)
+	}
+	body, err := c.get(ctx, "/v1/buckets?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("top: buckets of tenant %q: %w", s.Tenant, err)
+	}
+	var r struct {
+		Buckets []Bucket `json:"buckets"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("top: buckets: %w", err)
+	}
+	for i := range r.Buckets {
+		r.Buckets[i].Tenant = s.Tenant
+		if !slices.Contains(r.Buckets[i].Per, "tenant") {
+			r.Buckets[i].Tenant = AllTenants
+		}
+	}
+	return r.Buckets, nil
+}
+
+// Scrape reads GET /metrics.
+func (c *Client) Scrape(ctx context.Context) (Sample, error) {
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	at := now()
+	body, err := c.get(ctx, "/metrics")
+	if err != nil {
+		return Sample{}, fmt.Errorf("top: metrics: %w", err)
+	}
+	s, err := ParseMetrics(strings.NewReader(string(body)))
+	s.At = at
+	return s, err
+}
+
+// ParseMetrics reads the Prometheus text format.
+func ParseMetrics(r io.Reader) (Sample, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return Sample{}, fmt.Errorf("top: metrics: %w", err)
+	}
+	s := Sample{Decisions: map[string]float64{}}
+	if f := fams["llm_ratelimit_decisions_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			s.Decisions[label(m, "decision")] += value(m)
+		}
+	}
+	s.Held = gauge(fams["llm_ratelimit_held_requests"])
+	s.Leases = gauge(fams["llm_ratelimit_leases_held"])
+	return s, nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// gauge sums a family's values.
+func gauge(f *dto.MetricFamily) float64 {
+	var v float64
+	for _, m := range f.GetMetric() {
+		v += value(m)
+	}
+	return v
+}
+
+// value is a sample's value, whichever type the scrape declared (untyped without a TYPE line).
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	}
+	return m.GetUntyped().GetValue()
+}
+
+// Admitted are the decision results that let a request through; Denied those that answer it
+// with a denial. Any other result (unavailable) is neither.
+var (
+	admitted = []string{"allowed", "delayed", "shadow", "unlimited", "fail_open", "local"}
+	denied   = []string{"denied", "too_large", "unknown_denied", "bad_route", "bad_identity"}
+)
+
+// Rates are decisions per second between two samples.
+type Rates struct {
+	Known            bool
+	Admitted, Denied float64
+}
+
+// RatesBetween returns the rates of decisions from prev to cur; Known is false when there is
+// no earlier sample or no time between them. A counter that went down (a restart) counts from 0.
+func RatesBetween(prev, cur Sample) Rates {
+	dt := cur.At.Sub(prev.At).Seconds()
+	if prev.Decisions == nil || dt <= 0 {
+		return Rates{}
+	}
+	sum := func(results []string) float64 {
+		var d float64
+		for _, r := range results {
+			v := cur.Decisions[r] - prev.Decisions[r]
+			if v < 0 {
+				v = cur.Decisions[r]
+			}
+			d += v
+		}
+		return d / dt
+	}
+	return Rates{Known: true, Admitted: sum(admitted), Denied: sum(denied)}
+}
+
+// Poll reads every scope's buckets and a sample of the metrics, and returns the snapshot with
+// the rates since prev (a zero prev: unknown rates).
+func (c *Client) Poll(ctx context.Context, scopes []Scope, prev Sample) (Snapshot, Sample, error) {
+	var snap Snapshot
+	cur, err := c.Scrape(ctx)
+	if err != nil {
+		return snap, prev, err
+	}
+	for _, s := range scopes {
+		b, err := c.Buckets(ctx, s)
+		if err != nil {
+			return snap, cur, err
+		}
+		for _, x := range b {
+			// A bucket not kept per tenant is the same one for every tenant: shown once.
+			if x.Tenant == AllTenants && slices.ContainsFunc(snap.Buckets, func(y Bucket) bool {
+				return y.Tenant == AllTenants && y.Rule == x.Rule && y.Kind == x.Kind && y.Window == x.Window
+			}) {
+				continue
+			}
+			snap.Buckets = append(snap.Buckets, x)
+		}
+	}
+	snap.Rates = RatesBetween(prev, cur)
+	snap.Held, snap.Leases = cur.Held, cur.Leases
+	snap.At = cur.At
+	return snap, cur, nil
+}
