@@ -55,3 +55,9 @@ func charge(prof *provider.Profile, est *tokens.Estimate) costs {
 	c[provider.Requests] = 1
 	return c
 }
+
+// Charge is what a request priced est counts in each dimension at admission under prof (see
+// charge): for internal/replay's simulation of a provider's own limits.
+func Charge(prof *provider.Profile, est *tokens.Estimate) [provider.Dimensions]int64 {
+	return charge(prof, est)
+}

@@ -16,12 +16,14 @@
 //
 // The result is a Report: per rule, tenant and model, what was allowed, held (with the holds'
 // median and 99th percentile) and denied, the first refusal, and optionally the 429s a
-// provider's own limits (ProviderLimits) would have sent for the traffic the limits let through;
+// provider's own limits (ProviderLimits, counting as the provider's accounting profile says, at
+// admission and at settlement) would have sent for the traffic the limits let through;
 // it renders as a table, JSON or an SVG chart. The same inputs give the same report: the
 // clock, the jitter and the lease ids are the replay's own, and events are taken in time order
 // (recorded order breaking ties).
 //
 // It imports internal/filter, internal/bucket, internal/config, internal/reconcile,
-// internal/reservation and internal/decisionlog, and must never import internal/server or any
-// network code: it is offline by construction.
+// internal/reservation, internal/decisionlog, internal/tokens and internal/provider (with its
+// dialects), and must never import internal/server or any network code: it is offline by
+// construction.
 package replay

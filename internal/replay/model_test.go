@@ -59,3 +59,62 @@ rules:
 		t.Errorf("settled %d, modelled %d; want 2 recorded and 1 modelled", rep.Settled, rep.Modelled)
 	}
 }
+
+// The provider simulation counts as each provider counts: Anthropic settles its output tokens
+// to the usage, so a second request fits once the first settled; OpenAI keeps its TPM's count
+// of max_tokens, so the same two requests meet its limit; Bedrock's output weight counts each
+// output token five times.
+func TestProviderSimulationCountsAsTheProviderCounts(t *testing.T) {
+	t.Parallel()
+	c, err := config.Parse([]byte(`
+tenant: {source: header, header: x-tenant-id}
+rules:
+  - name: per-tenant
+    per: [tenant]
+    tokens: {limit: 10000000, period: minute}
+    refund: true
+`), "sim.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	run := func(prov, api, model, limits string, maxTokens int64) int64 {
+		t.Helper()
+		p, err := ParseProviderLimits([]byte(limits), "p.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(Options{Config: c, Provider: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			at := t0.Add(time.Duration(i) * 30 * time.Millisecond)
+			rid := "r" + string(rune('a'+i))
+			e.Add(&decisionlog.Event{Decision: decisionlog.Decision{Time: at, Provider: prov, API: api, Model: model,
+				Path: "/v1/x", Tenant: "team-a", Priority: "interactive", Prompt: 20, Output: maxTokens, Exact: true,
+				Outcome: decisionlog.Allowed, Decision: decisionlog.Allowed, ReservationID: rid}})
+			e.Add(&decisionlog.Event{IsSettlement: true, Settlement: decisionlog.Settlement{Time: at.Add(20 * time.Millisecond),
+				ReservationID: rid, Provider: prov, Model: model, Status: 200, Found: true, Input: 20, Output: 30, Total: 50}})
+		}
+		var n int64
+		for _, row := range e.Finish().Rows {
+			n += row.Provider429
+		}
+		return n
+	}
+	if n := run("anthropic", "messages", "claude-sonnet-4-5", "limits: [{provider: anthropic, output_tokens_per_minute: 1000}]", 600); n != 0 {
+		t.Errorf("anthropic OTPM settled to the usage: %d 429s, want 0", n)
+	}
+	if n := run("openai", "chat_completions", "gpt-4o", "limits: [{provider: openai, tokens_per_minute: 1000}]", 600); n != 1 {
+		t.Errorf("openai TPM keeps max_tokens: %d 429s, want 1", n)
+	}
+	// Bedrock: 20 + 5 x 190 = 970 of 1000 at admission, settled to 20 + 5 x 30 = 170: 830 left
+	// for the second's 970. Unweighted, 210 twice fits.
+	if n := run("bedrock", "converse", "anthropic.claude-sonnet-4-5", "limits: [{provider: bedrock, tokens_per_minute: 1000}]", 190); n != 1 {
+		t.Errorf("bedrock weighted output: %d 429s, want 1", n)
+	}
+	if n := run("bedrock", "converse", "anthropic.claude-sonnet-4-5", "limits: [{provider: bedrock, tokens_per_minute: 1000, output_weight: 1}]", 190); n != 0 {
+		t.Errorf("bedrock with output_weight 1: %d 429s, want 0", n)
+	}
+}

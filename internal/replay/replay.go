@@ -232,16 +232,18 @@ func (e *Engine) apply(ev *decisionlog.Event, at time.Time) {
 	admitted := got.Outcome != decisionlog.Denied
 	var provider429 bool
 	if admitted {
+		id := ""
 		if r := a.Reservation(); r != nil {
 			switch {
 			case d.ReservationID != "":
-				e.pending[d.ReservationID] = pending{r: r, at: at, prompt: d.Prompt, output: d.Output}
+				id = d.ReservationID
+				e.pending[id] = pending{r: r, at: at, prompt: d.Prompt, output: d.Output}
 			case d.Outcome == decisionlog.Denied:
-				e.model(r, d, at)
+				id = e.model(r, d, at)
 			}
 		}
 		if e.prov != nil {
-			provider429 = !e.prov.admit(d)
+			provider429 = !e.prov.admit(d, id)
 		}
 	}
 	e.report.add(d, got, provider429)
@@ -264,6 +266,9 @@ func (e *Engine) settle(s *decisionlog.Settlement) {
 		if s.Found && s.Status > 0 && s.Status < 400 && !s.Local {
 			e.learn(r, &p, s)
 		}
+	}
+	if e.prov != nil {
+		e.prov.settle(s.ReservationID, s)
 	}
 	e.rec.Settle(r, reconcile.Response{Status: s.Status, Local: s.Local, Found: s.Found,
 		Usage: provider.Usage{Input: s.Input, Output: s.Output, CacheRead: s.CacheRead, CacheWrite: s.CacheWrite, Total: s.Total}})
@@ -309,11 +314,11 @@ func (e *Engine) learn(r *reservation.Reservation, p *pending, s *decisionlog.Se
 // model settles a reservation the live limits refused, which therefore has no recorded usage: as
 // its provider and model's recorded settlements did on average, after their mean latency (input
 // and output the mean fractions of what was priced). Before any such settlement is recorded,
-// the reservation stays as charged.
-func (e *Engine) model(r *reservation.Reservation, d *decisionlog.Decision, at time.Time) {
+// the reservation stays as charged. It returns the id of the modelled settlement ("" for none).
+func (e *Engine) model(r *reservation.Reservation, d *decisionlog.Decision, at time.Time) string {
 	m := e.models[modelKey{r.Tag, r.Model}]
 	if m == nil {
-		return
+		return ""
 	}
 	n := float64(m.n)
 	e.modelled++
@@ -324,6 +329,7 @@ func (e *Engine) model(r *reservation.Reservation, d *decisionlog.Decision, at t
 	when := at.Add(m.latency / time.Duration(m.n))
 	e.enqueue(&decisionlog.Event{IsSettlement: true, Settlement: decisionlog.Settlement{Time: when, ReservationID: id,
 		Provider: r.Tag, Model: r.Model, Status: 200, Found: true, Input: in, Output: out, Total: in + out}}, when)
+	return id
 }
 
 // queued is an event waiting for its turn; next links the free ones.
