@@ -766,9 +766,12 @@ func (f *Filter) storeFailed(ctx context.Context, start time.Time, p *Policy, es
 		}
 		f.log.Log(lvl, "store unavailable", zap.String("reason", string(reason)), zap.Stringer("mode", p.Config.FailureMode), zap.Error(err))
 	}
-	switch p.Config.FailureMode {
-	case config.FailAllow:
+	// Global shadow mode never denies, not even while the store is away: every failure mode
+	// lets the request through.
+	if pl.shadowAll || p.Config.FailureMode == config.FailAllow {
 		return f.finish(start, est, pl, okResponse(nil, pl.metadata(est, decisionFailOpen, 0))), nil
+	}
+	switch p.Config.FailureMode {
 	case config.FailLocal:
 		if f.opts.Fallback == nil {
 			break

@@ -116,6 +116,23 @@ rules:
     match: {provider: openai}
     tokens: {limit: 150, period: minute}
 `, map[string]float64{"limit=,outcome=error,rule=small": 1}},
+		// Global shadow never denies: a store failure passes the request whatever the failure mode.
+		{"global_deny", `
+shadow: true
+failure: {mode: deny}
+rules:
+  - name: small
+    match: {provider: openai}
+    tokens: {limit: 150, period: minute}
+`, map[string]float64{"limit=,outcome=error,rule=small": 1}},
+		{"global_local", `
+shadow: true
+failure: {mode: local}
+rules:
+  - name: small
+    match: {provider: openai}
+    tokens: {limit: 150, period: minute}
+`, map[string]float64{"limit=,outcome=error,rule=small": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
