@@ -172,6 +172,21 @@ const (
 
 var scopeNames = map[string]Scope{"provider": PerProvider, "model": PerModel, "tenant": PerTenant, "priority": PerPriority}
 
+// Names are the scopes of s as the file spells them, in the order bucket names carry them
+// (never nil: an empty list for none).
+func (s Scope) Names() []string {
+	out := []string{}
+	for _, n := range [...]struct {
+		scope Scope
+		name  string
+	}{{PerProvider, "provider"}, {PerModel, "model"}, {PerTenant, "tenant"}, {PerPriority, "priority"}} {
+		if s&n.scope != 0 {
+			out = append(out, n.name)
+		}
+	}
+	return out
+}
+
 // Rule is a compiled rule.
 type Rule struct {
 	Name     string

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
-	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 )
 
@@ -83,7 +82,7 @@ func (f *Filter) Select(sel Selector) (tag string, out []Selected) {
 			}
 			limits, shared = plan.Limits, true
 		}
-		per := scopeNames(rule.Per)
+		per := rule.Per.Names()
 		shadow := rule.Shadow || cfg.File.Shadow
 		// As plan does: the first windows' token buckets first, together in one key.
 		for pass := range 2 {
@@ -112,18 +111,4 @@ func (f *Filter) Select(sel Selector) (tag string, out []Selected) {
 		}
 	}
 	return prov, out
-}
-
-// scopeNames lists the scopes of per, in the order bucket names carry them.
-func scopeNames(per config.Scope) []string {
-	var out []string
-	for _, s := range []struct {
-		scope config.Scope
-		name  string
-	}{{config.PerProvider, "provider"}, {config.PerModel, "model"}, {config.PerTenant, "tenant"}, {config.PerPriority, "priority"}} {
-		if per&s.scope != 0 {
-			out = append(out, s.name)
-		}
-	}
-	return out
 }

@@ -256,7 +256,7 @@ func (s *Server) getConfig(w http.ResponseWriter, _ *http.Request) {
 	out := configJSON{Source: c.Source, SHA256: c.SHA256, Shadow: c.File.Shadow, TenantSource: c.TenantSource.String(),
 		FailureMode: c.FailureMode.String(), Rules: []ruleJSON{}}
 	for _, r := range c.Rules {
-		rj := ruleJSON{Name: r.Name, Match: map[string]string{}, Per: scopes(r.Per), Limits: []limitJSON{},
+		rj := ruleJSON{Name: r.Name, Match: map[string]string{}, Per: r.Per.Names(), Limits: []limitJSON{},
 			MaxWaitMS: r.MaxWait.Milliseconds(), Shadow: r.Shadow}
 		for k, g := range map[string]config.Glob{"provider": r.Provider, "host": r.Host, "model": r.Model, "path": r.Path,
 			"tenant": r.Tenant, "priority": r.Priority} {
@@ -277,20 +277,6 @@ func (s *Server) getConfig(w http.ResponseWriter, _ *http.Request) {
 		out.Rules = append(out.Rules, rj)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// scopes names the scopes of per, as the file spells them.
-func scopes(per config.Scope) []string {
-	out := []string{}
-	for _, s := range []struct {
-		scope config.Scope
-		name  string
-	}{{config.PerProvider, "provider"}, {config.PerModel, "model"}, {config.PerTenant, "tenant"}, {config.PerPriority, "priority"}} {
-		if per&s.scope != 0 {
-			out = append(out, s.name)
-		}
-	}
-	return out
 }
 
 // periodOf is a limit's period for /v1/config.
