@@ -56,6 +56,7 @@ type Metrics struct {
 	held          prometheus.Gauge
 	bounds        *prometheus.CounterVec
 	cacheReads    *prometheus.CounterVec
+	levels        *levels
 	models        labelCap
 }
 
@@ -106,9 +107,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "llm_ratelimit_cache_read_tokens_expected_total",
 			Help: "Prompt-cache reads expected at admission of the requests admitted, in tokens, by provider: not reserved where the provider does not count cache reads (settlement charges any that were written instead).",
 		}, []string{"provider"}),
+		levels: newLevels(),
 		models: labelCap{max: 100},
 	}
-	reg.MustRegister(m.decisions, m.ruleDecisions, m.shadow, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads)
+	reg.MustRegister(m.decisions, m.ruleDecisions, m.shadow, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads, m.levels)
 	return m
 }
 
@@ -148,6 +150,12 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 			limit = kindName(pl.owners[blocking].kind)
 		}
 		m.ruleDecisions.WithLabelValues(r.Name, decision, limit).Inc()
+	}
+	if !pl.decided.IsZero() && len(pl.result.Buckets) == len(pl.owners) {
+		for i := range pl.owners {
+			o, st := &pl.owners[i], &pl.result.Buckets[i]
+			m.levels.observe(levelKey{rule: o.rule.Name, kind: o.kind, window: o.window}, pl.decided, st.Remaining, st.Limit)
+		}
 	}
 	switch {
 	case pl.shadowAll && (decision == decisionShadow || pl.shadowFailed):
