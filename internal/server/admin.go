@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +34,8 @@ const noToken = "changes are disabled: no admin token is configured (start with 
 func (s *Server) adminAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/buckets", s.getBuckets)
 	mux.HandleFunc("POST /v1/buckets/reset", s.resetBuckets)
+	mux.HandleFunc("POST /v1/buckets/set", s.setBucket)
+	mux.HandleFunc("POST /v1/buckets/lift", s.liftPause)
 	mux.HandleFunc("GET /v1/config", s.getConfig)
 }
 
@@ -65,22 +69,26 @@ type bucketsJSON struct {
 	Rule     string       `json:"rule,omitempty"`
 	Tag      string       `json:"tag"`
 	Buckets  []bucketJSON `json:"buckets"`
-	// Reset is how many buckets a reset made full.
-	Reset int `json:"reset,omitempty"`
+	// Reset is how many buckets a reset made full; Lifted how many a lift refilled; Set is 1
+	// after a set.
+	Reset  int `json:"reset,omitempty"`
+	Lifted int `json:"lifted,omitempty"`
+	Set    int `json:"set,omitempty"`
 }
 
 // selectorOf reads the buckets' query: provider and model required, tenant, priority, plan and
-// rule optional; any other parameter is an error.
-func selectorOf(r *http.Request) (filter.Selector, error) {
+// rule optional, and the endpoint's own parameters (extra); any other parameter is an error.
+func selectorOf(r *http.Request, extra ...string) (filter.Selector, error) {
 	q := r.URL.Query()
 	for k, v := range q {
-		switch k {
-		case "provider", "model", "tenant", "priority", "plan", "rule":
+		switch {
+		case k == "provider", k == "model", k == "tenant", k == "priority", k == "plan", k == "rule", slices.Contains(extra, k):
 			if len(v) != 1 {
 				return filter.Selector{}, errors.New("parameter " + k + " given more than once")
 			}
 		default:
-			return filter.Selector{}, errors.New("unknown parameter " + k + " (provider, model, tenant, priority, plan, rule)")
+			known := strings.Join(append([]string{"provider", "model", "tenant", "priority", "plan", "rule"}, extra...), ", ")
+			return filter.Selector{}, errors.New("unknown parameter " + k + " (" + known + ")")
 		}
 	}
 	sel := filter.Selector{Provider: q.Get("provider"), Model: q.Get("model"), Tenant: q.Get("tenant"),
@@ -92,8 +100,8 @@ func selectorOf(r *http.Request) (filter.Selector, error) {
 }
 
 // selectBuckets resolves r's query to its buckets, answering the error itself (ok false).
-func (s *Server) selectBuckets(w http.ResponseWriter, r *http.Request) (sel filter.Selector, tag string, found []filter.Selected, ok bool) {
-	sel, err := selectorOf(r)
+func (s *Server) selectBuckets(w http.ResponseWriter, r *http.Request, extra ...string) (sel filter.Selector, tag string, found []filter.Selected, ok bool) {
+	sel, err := selectorOf(r, extra...)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return sel, "", nil, false
@@ -168,9 +176,7 @@ func (s *Server) resetBuckets(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	fields := []zap.Field{zap.String("remote", r.RemoteAddr), zap.String("endpoint", endpoint(r)),
-		zap.String("provider", sel.Provider), zap.String("model", sel.Model), zap.String("rule", sel.Rule),
-		zap.String("tenant_hash", filter.TenantHash(sel.Tenant)), zap.Int("buckets", len(found))}
+	fields := changeFields(r, sel, len(found))
 	if len(found) > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 		err := s.breaker.Reset(ctx, tag, specsOf(found))
@@ -188,6 +194,152 @@ func (s *Server) resetBuckets(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.Reset = len(found)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// changeFields are the log fields of a change: who, which endpoint, which scope (the tenant
+// hashed), never the query itself.
+func changeFields(r *http.Request, sel filter.Selector, n int) []zap.Field {
+	return []zap.Field{zap.String("remote", r.RemoteAddr), zap.String("endpoint", endpoint(r)),
+		zap.String("provider", sel.Provider), zap.String("model", sel.Model), zap.String("rule", sel.Rule),
+		zap.String("tenant_hash", filter.TenantHash(sel.Tenant)), zap.Int("buckets", n)}
+}
+
+// kindOf reads a set's kind parameter: the kind as /v1/buckets names it ("input tokens"), or
+// with an underscore ("input_tokens").
+func kindOf(v string) string { return strings.ReplaceAll(v, "_", " ") }
+
+// setBucket answers POST /v1/buckets/set: one bucket of the scope (rule, kind and window name
+// it) is set to hold remaining. Lowering is one atomic call of the store; raising reads the
+// level and gives back the difference, so a decision between the two stays counted. A
+// concurrency bucket's level is its leases: reset releases them.
+func (s *Server) setBucket(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) {
+		return
+	}
+	sel, tag, found, ok := s.selectBuckets(w, r, "kind", "window", "remaining")
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	if sel.Rule == "" || q.Get("kind") == "" || q.Get("remaining") == "" {
+		writeError(w, http.StatusBadRequest, "set needs rule, kind and remaining (and window, default 0)")
+		return
+	}
+	window, err := strconv.ParseUint(q.Get("window"), 10, 8)
+	if q.Get("window") == "" {
+		window, err = 0, nil
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "window: not a window index: "+strconv.Quote(q.Get("window")))
+		return
+	}
+	i := slices.IndexFunc(found, func(f filter.Selected) bool { return f.Kind == kindOf(q.Get("kind")) && f.Window == uint8(window) })
+	if i < 0 {
+		writeError(w, http.StatusNotFound, "rule "+sel.Rule+" has no bucket of kind "+strconv.Quote(q.Get("kind"))+
+			" and window "+strconv.FormatUint(window, 10)+" for this scope")
+		return
+	}
+	b := found[i].Spec
+	if b.Algorithm == bucket.Concurrency {
+		writeError(w, http.StatusBadRequest, "a concurrency bucket holds leases, not an amount: reset releases them")
+		return
+	}
+	remaining, err := strconv.ParseInt(q.Get("remaining"), 10, 64)
+	if err != nil || remaining < 0 || remaining > b.Capacity() {
+		writeError(w, http.StatusBadRequest, "remaining: want an integer from 0 to the capacity, "+strconv.FormatInt(b.Capacity(), 10))
+		return
+	}
+	fields := append(changeFields(r, sel, 1), zap.String("kind", found[i].Kind), zap.Uint64("window", window), zap.Int64("remaining", remaining))
+	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
+	err = s.set(ctx, tag, b, remaining)
+	cancel()
+	if err != nil {
+		s.log.Warn("admin: bucket set failed", append(fields, zap.Error(err))...)
+		writeError(w, http.StatusServiceUnavailable, "store: "+err.Error())
+		return
+	}
+	s.log.Info("admin: bucket set", fields...)
+	out, err := s.peekJSON(r.Context(), sel, tag, found)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store: set done, then: "+err.Error())
+		return
+	}
+	out.Set = 1
+	writeJSON(w, http.StatusOK, out)
+}
+
+// set brings bucket b to remaining: Lower when it holds more, a refund of the difference when
+// it holds less.
+func (s *Server) set(ctx context.Context, tag string, b bucket.Spec, remaining int64) error {
+	if err := s.store.Lower(ctx, tag, []bucket.Level{{Spec: b, Remaining: remaining}}); err != nil {
+		return err
+	}
+	snap, err := s.breaker.Peek(ctx, tag, []bucket.Spec{b})
+	if err != nil {
+		return err
+	}
+	if d := remaining - snap[0].Remaining; d > 0 {
+		return s.store.Adjust(ctx, tag, []bucket.Adjustment{{Spec: b, Delta: d}})
+	}
+	return nil
+}
+
+// refill gives every bucket of specs back what it lacks of its capacity (a refund is never
+// above the capacity: a decision between the read and the refund stays counted).
+func (s *Server) refill(ctx context.Context, tag string, specs []bucket.Spec) error {
+	snaps, err := s.breaker.Peek(ctx, tag, specs)
+	if err != nil {
+		return err
+	}
+	adj := make([]bucket.Adjustment, 0, len(specs))
+	for i, b := range specs {
+		if d := b.Capacity() - snaps[i].Remaining; d > 0 {
+			adj = append(adj, bucket.Adjustment{Spec: b, Delta: d})
+		}
+	}
+	if len(adj) == 0 {
+		return nil
+	}
+	return s.store.Adjust(ctx, tag, adj)
+}
+
+// liftPause answers POST /v1/buckets/lift: the scope's token buckets and sliding windows are
+// refilled, undoing a provider 429's pause (which lowers them so that nothing fits before the
+// provider's retry-after), while its quotas keep what they counted and its in-flight leases stay
+// held.
+func (s *Server) liftPause(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(w, r) {
+		return
+	}
+	sel, tag, found, ok := s.selectBuckets(w, r)
+	if !ok {
+		return
+	}
+	var rate []bucket.Spec
+	for _, f := range found {
+		if a := f.Spec.Algorithm; a == bucket.TokenBucket || a == bucket.SlidingWindow {
+			rate = append(rate, f.Spec)
+		}
+	}
+	fields := changeFields(r, sel, len(rate))
+	if len(rate) > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
+		err := s.refill(ctx, tag, rate)
+		cancel()
+		if err != nil {
+			s.log.Warn("admin: lift failed", append(fields, zap.Error(err))...)
+			writeError(w, http.StatusServiceUnavailable, "store: "+err.Error())
+			return
+		}
+	}
+	s.log.Info("admin: pause lifted", fields...)
+	out, err := s.peekJSON(r.Context(), sel, tag, found)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "store: lift done, then: "+err.Error())
+		return
+	}
+	out.Lifted = len(rate)
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
@@ -327,5 +328,130 @@ func TestAdminConfig(t *testing.T) {
 		if strings.Contains(body, secret) {
 			t.Fatalf("/v1/config shows a secret %q: %s", secret, body)
 		}
+	}
+}
+
+// postJSON sends a change to path with token, failing t unless it answers want; the answer's
+// buckets on 200.
+func postJSON(t *testing.T, h *httptest.Server, path, token string, want int) bucketsJSON {
+	t.Helper()
+	status, body := call(t, h, "POST", path, token)
+	if status != want {
+		t.Fatalf("POST %s: %d %s, want %d", path, status, body, want)
+	}
+	var out bucketsJSON
+	if status == http.StatusOK {
+		if err := json.Unmarshal([]byte(body), &out); err != nil {
+			t.Fatalf("%v: %s", err, body)
+		}
+	} else if !strings.Contains(body, `"error"`) {
+		t.Fatalf("POST %s: %d without an error: %s", path, status, body)
+	}
+	return out
+}
+
+// Set brings one bucket to a level, down or up, leaving the other buckets of its key as they
+// were; lift refills a paused scope's token buckets and keeps its leases. Both need the token,
+// are seen by the other replica on the same Redis, and are logged without the tenant. On the
+// in-memory store too.
+func TestAdminSetAndLift(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			url := ""
+			if store == "redis" {
+				url = srv.URL()
+			}
+			dir := t.TempDir()
+			a, ha, logs := adminServer(t, dir, adminToken, url)
+			hb := ha
+			if store == "redis" {
+				_, hb, _ = adminServer(t, dir, adminToken, url)
+			}
+			allow(t, a, "team-a")
+			allow(t, a, "team-a")
+			before := getBucketsOf(t, ha, teamA).Buckets
+			set := "/v1/buckets/set?" + teamA + "&rule=per-tenant&kind=requests&remaining="
+
+			postJSON(t, ha, set+"3", "", http.StatusUnauthorized)
+			out := postJSON(t, ha, set+"3", adminToken, http.StatusOK)
+			if out.Set != 1 || out.Buckets[1].Remaining != 3 || !near(out.Buckets[0].Remaining, before[0].Remaining) {
+				t.Fatalf("set requests to 3: %+v (before %+v)", out.Buckets, before)
+			}
+			if got := getBucketsOf(t, hb, teamA).Buckets; got[1].Remaining != 3 || got[2].Leases != 2 {
+				t.Fatalf("the other replica after set: %+v", got)
+			}
+			allow(t, a, "team-a")
+			if got := getBucketsOf(t, hb, teamA).Buckets; got[1].Remaining != 2 {
+				t.Fatalf("the decision after set: %+v", got)
+			}
+			out = postJSON(t, ha, set+"10", adminToken, http.StatusOK)
+			if out.Buckets[1].Remaining != 10 {
+				t.Fatalf("set requests up to 10: %+v", out.Buckets)
+			}
+			out = postJSON(t, ha, "/v1/buckets/set?"+teamA+"&rule=per-tenant&kind=tokens&window=0&remaining=0", adminToken, http.StatusOK)
+			if out.Buckets[0].Remaining != 0 || out.Buckets[1].Remaining != 10 {
+				t.Fatalf("set tokens to 0: %+v", out.Buckets)
+			}
+			for path, want := range map[string]int{
+				set + "11": http.StatusBadRequest, set + "-1": http.StatusBadRequest, set + "x": http.StatusBadRequest,
+				"/v1/buckets/set?" + teamA + "&kind=requests&remaining=1":                             http.StatusBadRequest,
+				"/v1/buckets/set?" + teamA + "&rule=per-tenant&kind=concurrent_requests&remaining=1":  http.StatusBadRequest,
+				"/v1/buckets/set?" + teamA + "&rule=per-tenant&kind=requests&window=1&remaining=1":    http.StatusNotFound,
+				"/v1/buckets/set?" + teamA + "&rule=per-tenant&kind=output_tokens&remaining=1":        http.StatusNotFound,
+				"/v1/buckets/set?" + teamA + "&rule=per-tenant&kind=requests&remaining=1&remaining=2": http.StatusBadRequest,
+				"/v1/buckets/lift?" + teamA + "&remaining=1":                                          http.StatusBadRequest,
+				"/v1/buckets/set?" + teamA + "&rule=per-tenant&kind=requests&remaining=1&window=256":  http.StatusBadRequest,
+			} {
+				postJSON(t, ha, path, adminToken, want)
+			}
+
+			// A provider 429's pause: every token bucket of the scope lowered below nothing, as
+			// reconcile does. Lift refills them all; the leases in flight stay.
+			specs := []bucket.Level{}
+			tag, found := a.Filter().Select(filter.Selector{Provider: "openai", Model: "gpt-4o", Tenant: "team-a"})
+			for _, f := range found {
+				if f.Spec.Algorithm == bucket.TokenBucket {
+					specs = append(specs, bucket.Level{Spec: f.Spec, Remaining: -5000})
+				}
+			}
+			if err := a.store.Lower(t.Context(), tag, specs); err != nil {
+				t.Fatal(err)
+			}
+			paused := getBucketsOf(t, hb, teamA).Buckets
+			if paused[0].Remaining != -5000 || paused[1].Remaining != -5000 || paused[3].Remaining != -5000 {
+				t.Fatalf("paused: %+v", paused)
+			}
+			postJSON(t, hb, "/v1/buckets/lift?"+teamA, "wrong", http.StatusUnauthorized)
+			out = postJSON(t, hb, "/v1/buckets/lift?"+teamA, adminToken, http.StatusOK)
+			if out.Lifted != 3 || out.Buckets[0].Remaining != 100000 || out.Buckets[1].Remaining != 10 ||
+				out.Buckets[2].Leases != 3 || out.Buckets[3].Remaining != 100000 {
+				t.Fatalf("lift: %+v", out)
+			}
+			// The three leases still hold the in-flight cap: the next request waits for them,
+			// not for tokens.
+			resp, err := a.Filter().Check(t.Context(), chat("team-a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(resp.GetDeniedResponse().GetBody(), "concurrent requests") {
+				t.Fatalf("after lift, with 3 leases held: %v", resp)
+			}
+
+			if n := logs.FilterMessage("admin: bucket set").Len(); n != 3 {
+				t.Errorf("%d set lines, want 3", n)
+			}
+			for _, e := range logs.All() {
+				line, err := json.Marshal(e.ContextMap())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(line), adminToken) || strings.Contains(string(line), "team-a") {
+					t.Fatalf("a log line carries the token or the tenant: %s %s", e.Message, line)
+				}
+			}
+		})
 	}
 }
