@@ -108,11 +108,22 @@ func TestTopOnceProcess(t *testing.T) {
 	}
 }
 
-// top under a real pseudo-terminal: it draws a frame with the rule, redraws when a Check
-// drains the bucket, and exits with status 0 on q.
+// topTerminalLimits refill fast: a request every half second, so that the terminal test sees a
+// bucket drained by load refill once the load stops.
+const topTerminalLimits = `
+tenant: {source: header, header: x-tenant-id}
+rules:
+  - name: tenant-requests
+    per: [tenant]
+    requests: {limit: 4, period: 2s}
+`
+
+// top under a real pseudo-terminal: it draws a frame with the rule, redraws the bucket drained
+// by a load of Checks (empty, denials counted), then refilled once the load stops, and exits
+// with status 0 on q.
 func TestTopTerminal(t *testing.T) {
 	t.Parallel()
-	p := startProc(t, "-config", writeFile(t, "limits.yaml", topLimits))
+	p := startProc(t, "-config", writeFile(t, "limits.yaml", topTerminalLimits))
 	client := authv3.NewAuthorizationClient(p.dial(t))
 	args, _ := json.Marshal([]string{"top", "-admin", "http://" + p.adminAddr, "-model", "gpt-4o", "-tenant", "team-a", "-interval", "100ms"})
 	cmd := exec.Command(os.Args[0])
@@ -150,14 +161,20 @@ func TestTopTerminal(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck // may have exited
-	waitFor := func(what string) {
+	// waitFor waits for what to be drawn after the screen's first from bytes.
+	mark := func() int { mu.Lock(); defer mu.Unlock(); return screen.Len() }
+	waitFor := func(from int, what string) {
 		t.Helper()
-		deadline := time.After(5 * time.Second)
+		re := regexp.MustCompile(regexp.QuoteMeta(what))
+		if strings.HasPrefix(what, "re:") {
+			re = regexp.MustCompile(what[3:])
+		}
+		deadline := time.After(10 * time.Second)
 		for {
 			mu.Lock()
-			s := screen.String()
+			s := screen.String()[from:]
 			mu.Unlock()
-			if strings.Contains(s, what) {
+			if re.MatchString(s) {
 				return
 			}
 			select {
@@ -169,16 +186,38 @@ func TestTopTerminal(t *testing.T) {
 			}
 		}
 	}
-	waitFor("tenant-requests")
-	waitFor("3/3")
+	waitFor(0, "tenant-requests")
+	waitFor(0, "4/4")
 	mu.Lock()
 	drawn := screen.String()
 	mu.Unlock()
 	if !strings.Contains(drawn, "\x1b[") {
 		t.Error("no escape codes: not drawn as a terminal")
 	}
-	checks(t, client, "team-a", 1)
-	waitFor("2/3") // a later refresh redrew the drained bucket
+	// Load: a Check every 20 ms, eight times the refill, until the bucket is seen empty.
+	stop, loaded := make(chan struct{}), make(chan int)
+	go func() {
+		denied := 0
+		for {
+			select {
+			case <-stop:
+				loaded <- denied
+				return
+			case <-time.After(20 * time.Millisecond):
+				denied += checks(t, client, "team-a", 1)
+			}
+		}
+	}()
+	from := mark()
+	waitFor(from, "0/4")
+	waitFor(from, "100%")
+	waitFor(from, `re:denied [1-9][0-9.]*/s`) // the rates line redrawn with the load's denials
+	close(stop)
+	if denied := <-loaded; denied == 0 {
+		t.Fatal("the load was never denied")
+	}
+	from = mark()
+	waitFor(from, "4/4") // refilled after the load
 	if _, err := io.WriteString(tty, "q"); err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,9 @@ type Sample struct {
 	Decisions map[string]float64
 	Held      float64
 	Leases    float64
+	// Provider429s are the provider 429s this replica's response path saw: those that paused
+	// buckets (kind pause) and those without a wait (spend_cap), since it started.
+	Provider429s float64
 }
 
 // Client reads one service's admin port. It is safe for concurrent use.
@@ -158,6 +161,13 @@ func ParseMetrics(r io.Reader) (Sample, error) {
 	}
 	s.Held = gauge(fams["llm_ratelimit_held_requests"])
 	s.Leases = gauge(fams["llm_ratelimit_leases_held"])
+	if f := fams["llm_ratelimit_provider_corrections_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			if k := label(m, "kind"); k == "pause" || k == "spend_cap" {
+				s.Provider429s += value(m)
+			}
+		}
+	}
 	return s, nil
 }
 
@@ -248,7 +258,7 @@ func (c *Client) Poll(ctx context.Context, scopes []Scope, prev Sample) (Snapsho
 		}
 	}
 	snap.Rates = RatesBetween(prev, cur)
-	snap.Held, snap.Leases = cur.Held, cur.Leases
+	snap.Held, snap.Leases, snap.Provider429s = cur.Held, cur.Leases, cur.Provider429s
 	snap.At = cur.At
 	return snap, cur, nil
 }

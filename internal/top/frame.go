@@ -16,6 +16,8 @@ type Snapshot struct {
 	Rates   Rates
 	Held    float64
 	Leases  float64
+	// Provider429s counts the provider's 429s since the replica started (Sample.Provider429s).
+	Provider429s float64
 }
 
 // Order is how the frame sorts the buckets.
@@ -60,7 +62,7 @@ func Render(s Snapshot, v View, width int) string {
 	if s.Rates.Known {
 		rates = fmt.Sprintf("admitted %.1f/s  denied %.1f/s", s.Rates.Admitted, s.Rates.Denied)
 	}
-	fmt.Fprintf(&b, "%s  held %g  leases %g\n", rates, s.Held, s.Leases)
+	fmt.Fprintf(&b, "%s  held %g  leases %g  provider 429s %g\n", rates, s.Held, s.Leases, s.Provider429s)
 	if v.Err != nil {
 		fmt.Fprintf(&b, "error: %v\n", v.Err)
 	}

@@ -22,9 +22,10 @@ func fixture() Snapshot {
 			{Tenant: AllTenants, Rule: "openai-per-model", Kind: "requests", Limit: 500, Capacity: 500, Period: "per minute", Remaining: 0, ResetMS: 120},
 			{Tenant: "team-b", Rule: "audit", Kind: "tokens", Shadow: true, Per: []string{"tenant"}, Limit: 1000, Capacity: 1000, Period: "per day", Remaining: 900, ResetMS: 5400000},
 		},
-		Rates:  Rates{Known: true, Admitted: 12.5, Denied: 3},
-		Held:   1,
-		Leases: 2,
+		Rates:        Rates{Known: true, Admitted: 12.5, Denied: 3},
+		Held:         1,
+		Leases:       2,
+		Provider429s: 4,
 	}
 }
 
@@ -78,12 +79,17 @@ llm_ratelimit_decisions_total{decision="unavailable",model="gpt-4o",provider="op
 llm_ratelimit_held_requests 3
 # TYPE llm_ratelimit_leases_held gauge
 llm_ratelimit_leases_held 4
+# TYPE llm_ratelimit_provider_corrections_total counter
+llm_ratelimit_provider_corrections_total{kind="lower",provider="openai"} 50
+llm_ratelimit_provider_corrections_total{kind="pause",provider="openai"} 2
+llm_ratelimit_provider_corrections_total{kind="pause",provider="anthropic"} 1
+llm_ratelimit_provider_corrections_total{kind="spend_cap",provider="anthropic"} 4
 `
 	cur, err := ParseMetrics(strings.NewReader(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cur.Held != 3 || cur.Leases != 4 || cur.Decisions["allowed"] != 40 {
+	if cur.Held != 3 || cur.Leases != 4 || cur.Decisions["allowed"] != 40 || cur.Provider429s != 7 {
 		t.Fatalf("sample = %+v", cur)
 	}
 	t0 := time.Unix(1000, 0)
