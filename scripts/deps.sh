@@ -9,20 +9,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# --- promtool (Debian's prometheus package) checks and unit-tests deploy/prometheus/alerts.yaml.
-# `./scripts/deps.sh promtool` installs only this (make alerts).
+# --- Debian's prometheus package: promtool checks and unit-tests deploy/prometheus/alerts.yaml
+# (make alerts), and the Prometheus server scrapes a run for e2e/test_dashboard.py.
+# `./scripts/deps.sh promtool` installs only this.
 install_promtool() {
-	command -v promtool >/dev/null 2>&1 && return 0
+	command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && return 0
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "deps: installing prometheus (missing: promtool)"
+		echo "deps: installing prometheus (missing: promtool or prometheus)"
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 		# The package starts a Prometheus server on port 9090; the tests never use it.
 		(service prometheus stop || true) >/dev/null 2>&1
-		command -v promtool >/dev/null 2>&1 && return 0
-		echo "deps: the prometheus package installed no promtool" >&2
+		command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && return 0
+		echo "deps: the prometheus package installed no promtool or prometheus" >&2
 	else
-		echo "deps: missing promtool: install Debian's prometheus (sudo apt-get install prometheus)" >&2
+		echo "deps: missing promtool or prometheus: install Debian's prometheus (sudo apt-get install prometheus)" >&2
 	fi
 	exit 1
 }
