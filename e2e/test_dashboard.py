@@ -23,6 +23,7 @@ import report
 import scenarios as sc
 
 DURATION = 50.0
+OTHER_MODEL = "gpt-4o"  # a second openai model: the per-model rule keeps a bucket for each
 # Panels of failures that a healthy run does not have: no store error, no settlement error, no
 # provider 429 (the mock's limits are far above the rules'). Every other panel must show data.
 ALLOWED_EMPTY = {"Failures by reason", "Settlement errors", "Provider corrections and 429s"}
@@ -65,7 +66,7 @@ scrape_configs:
 
 def _top(stack: h.Stack) -> str:
     out = subprocess.run([str(h.BIN / "ext-authz"), "top", "-once", "-admin", f"http://127.0.0.1:{stack.ports['admin-0']}",
-                          "-provider", "openai", "-model", sc.OPENAI_MODEL, "-interval", "2s", "-width", "110"],
+                          "-provider", "openai", "-model", sc.OPENAI_MODEL, "-model", OTHER_MODEL, "-interval", "2s", "-width", "120"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -87,7 +88,7 @@ def test_dashboard_and_top_on_a_real_run(tmp_path):
                                   stdout=subprocess.DEVNULL, stderr=open(stack.dir / f"load-{i}.err", "w"))
                  for i, args in enumerate([
                      ["--provider", "openai", "--model", sc.OPENAI_MODEL, "--threads", "4", "--max-tokens", "256"],
-                     ["--provider", "openai", "--model", sc.OPENAI_MODEL, "--threads", "4", "--max-tokens", "256"],
+                     ["--provider", "openai", "--model", OTHER_MODEL, "--threads", "4", "--max-tokens", "256"],
                      ["--provider", "anthropic", "--model", sc.ANTHROPIC_MODEL, "--threads", "3", "--max-tokens", "300"]])]
         time.sleep(DURATION * 0.7)
         frame = _top(stack)
@@ -109,7 +110,7 @@ def test_dashboard_and_top_on_a_real_run(tmp_path):
     drawn = dash.svg(panels, start - 2, end, caption)
     (out / "dashboard.svg").write_text(drawn)
     (out / "top.txt").write_text(frame)
-    top_svg = dash.terminal_svg(frame, f"ext-authz top -once -model {sc.OPENAI_MODEL}, against a replica of the same run")
+    top_svg = dash.terminal_svg(frame, f"ext-authz top -once -model {sc.OPENAI_MODEL} -model {OTHER_MODEL}, against a replica of the same run")
     (out / "top.svg").write_text(top_svg)
     if os.environ.get("E2E_UPDATE_DOCS"):
         shutil.copy(out / "dashboard.svg", h.ROOT / "docs" / "img" / "dashboard.svg")
@@ -129,7 +130,8 @@ def test_dashboard_and_top_on_a_real_run(tmp_path):
     assert "usage" in names("Settlement results"), names("Settlement results")
 
     # top, under the load: the openai bucket below capacity, denials per second above zero.
-    assert re.search(r"(?m)^openai-per-model\s+\*\s+tokens\s+\[", frame), frame
+    for model in (sc.OPENAI_MODEL, OTHER_MODEL):
+        assert re.search(rf"(?m)^openai-per-model\s+\*\s+{model}\s+tokens\s+\[", frame), frame
     m = re.search(r"admitted ([0-9.]+)/s  denied ([0-9.]+)/s", frame)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, frame
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -23,8 +25,8 @@ func topCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	admin := fs.String("admin", envOr("ADMIN_URL", "http://127.0.0.1:9090"), "the service's admin port URL")
 	provider := fs.String("provider", "openai", "the provider of the buckets, as rules match it")
-	model := fs.String("model", "", "the model of the buckets, as requests name it (required)")
-	var tenants headerList
+	var models, tenants headerList
+	fs.Var(&models, "model", "a model whose buckets to show, as requests name it (repeatable; at least one)")
 	fs.Var(&tenants, "tenant", "a tenant whose buckets to show (repeatable; default: the default tenant)")
 	rule := fs.String("rule", "", "only this rule's buckets")
 	interval := fs.Duration("interval", time.Second, "time between refreshes; with -once, between the two scrapes the rates come from")
@@ -33,18 +35,20 @@ func topCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *model == "" || fs.NArg() > 0 || *interval <= 0 || *width < 1 {
+	if len(models) == 0 || slices.Contains(models, "") || fs.NArg() > 0 || *interval <= 0 || *width < 1 {
 		fs.Usage()
 		return exitCode(2)
 	}
 	if len(tenants) == 0 {
 		tenants = headerList{""}
 	}
-	scopes := make([]top.Scope, len(tenants))
-	for i, t := range tenants {
-		scopes[i] = top.Scope{Provider: *provider, Model: *model, Tenant: t, Rule: *rule}
+	scopes := make([]top.Scope, 0, len(models)*len(tenants))
+	for _, m := range models {
+		for _, t := range tenants {
+			scopes = append(scopes, top.Scope{Provider: *provider, Model: m, Tenant: t, Rule: *rule})
+		}
 	}
-	title := fmt.Sprintf("%s  %s/%s  every %s", *admin, *provider, *model, *interval)
+	title := fmt.Sprintf("%s  %s/%s  every %s", *admin, *provider, strings.Join(models, ","), *interval)
 	if *rule != "" {
 		title += "  rule " + *rule
 	}

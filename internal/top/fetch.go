@@ -21,9 +21,11 @@ type Scope struct {
 	Provider, Model, Tenant, Rule string
 }
 
-// Bucket is one bucket as the admin API reports it, with the tenant of the query that found it.
+// Bucket is one bucket as the admin API reports it, with the tenant and model of the query that
+// found it (AllTenants, AllModels for a bucket not kept per tenant, per model).
 type Bucket struct {
 	Tenant string `json:"-"`
+	Model  string `json:"-"`
 	Rule   string `json:"rule"`
 	Kind   string `json:"kind"`
 	Window uint8  `json:"window"`
@@ -99,8 +101,12 @@ func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 	return body, nil
 }
 
-// AllTenants is the tenant of a bucket not kept per tenant: one bucket for every tenant asked for.
-const AllTenants = "*"
+// AllTenants is the tenant of a bucket not kept per tenant: one bucket for every tenant asked
+// for; AllModels likewise the model of a bucket not kept per model.
+const (
+	AllTenants = "*"
+	AllModels  = "*"
+)
 
 // Buckets reads GET /v1/buckets for one scope.
 func (c *Client) Buckets(ctx context.Context, s Scope) ([]Bucket, error) {
@@ -122,9 +128,12 @@ func (c *Client) Buckets(ctx context.Context, s Scope) ([]Bucket, error) {
 		return nil, fmt.Errorf("top: buckets: %w", err)
 	}
 	for i := range r.Buckets {
-		r.Buckets[i].Tenant = s.Tenant
+		r.Buckets[i].Tenant, r.Buckets[i].Model = s.Tenant, s.Model
 		if !slices.Contains(r.Buckets[i].Per, "tenant") {
 			r.Buckets[i].Tenant = AllTenants
+		}
+		if !slices.Contains(r.Buckets[i].Per, "model") {
+			r.Buckets[i].Model = AllModels
 		}
 	}
 	return r.Buckets, nil
@@ -248,9 +257,10 @@ func (c *Client) Poll(ctx context.Context, scopes []Scope, prev Sample) (Snapsho
 			return snap, cur, err
 		}
 		for _, x := range b {
-			// A bucket not kept per tenant is the same one for every tenant: shown once.
-			if x.Tenant == AllTenants && slices.ContainsFunc(snap.Buckets, func(y Bucket) bool {
-				return y.Tenant == AllTenants && y.Rule == x.Rule && y.Kind == x.Kind && y.Window == x.Window
+			// A bucket not kept per tenant (or per model) is the same one for every tenant (or
+			// model) asked for: shown once.
+			if slices.ContainsFunc(snap.Buckets, func(y Bucket) bool {
+				return y.Tenant == x.Tenant && y.Model == x.Model && y.Rule == x.Rule && y.Kind == x.Kind && y.Window == x.Window
 			}) {
 				continue
 			}

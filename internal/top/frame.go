@@ -28,21 +28,23 @@ const (
 	ByFill   Order = iota // fullest use first
 	ByRule                // rule, then tenant
 	ByTenant              // tenant, then rule
+	ByModel               // model, then rule
+	orders
 )
 
 func (o Order) String() string {
-	return [...]string{"fill", "rule", "tenant"}[o]
+	return [...]string{"fill", "rule", "tenant", "model"}[o]
 }
 
 // Next is the order the sort key moves to.
-func (o Order) Next() Order { return (o + 1) % 3 }
+func (o Order) Next() Order { return (o + 1) % orders }
 
 // View is everything a frame shows besides the snapshot.
 type View struct {
 	// Title is the header's first line: the admin URL and the scope.
 	Title string
 	Order Order
-	// Filter keeps the buckets whose rule or tenant contains it; empty keeps all.
+	// Filter keeps the buckets whose rule, tenant or model contains it; empty keeps all.
 	Filter string
 	// Err is the last refresh's failure, shown under the header; the snapshot is the last good one.
 	Err error
@@ -72,14 +74,14 @@ func Render(s Snapshot, v View, width int) string {
 	b.WriteString("\n")
 
 	rows := Sorted(Filtered(s.Buckets, v.Filter), v.Order)
-	head := []string{"RULE", "TENANT", "KIND", "", "USE", "REMAINING", "LIMIT", "PERIOD", "FULL IN", "LEASES"}
+	head := []string{"RULE", "TENANT", "MODEL", "KIND", "", "USE", "REMAINING", "LIMIT", "PERIOD", "FULL IN", "LEASES"}
 	cells := make([][]string, len(rows))
 	for i, r := range rows {
 		kind := r.Kind
 		if r.Shadow {
 			kind += " (shadow)"
 		}
-		cells[i] = []string{r.Rule, r.Tenant, kind, "", strconv.Itoa(int(r.Fill()*100+0.5)) + "%",
+		cells[i] = []string{r.Rule, r.Tenant, r.Model, kind, "", strconv.Itoa(int(r.Fill()*100+0.5)) + "%",
 			fmt.Sprintf("%d/%d", r.Remaining, r.Capacity), strconv.FormatInt(r.Limit, 10), r.Period,
 			fullIn(r), strconv.FormatInt(r.Leases, 10)}
 	}
@@ -93,20 +95,20 @@ func Render(s Snapshot, v View, width int) string {
 	// The level bar takes what the other columns leave, between 10 and 40 columns.
 	used := 0
 	for i, w := range widths {
-		if i != 3 {
+		if i != levelCol {
 			used += w + 2
 		}
 	}
 	bar := min(max(width-used-2, 10), 40)
-	widths[3] = bar + 2
-	head[3] = "LEVEL"
+	widths[levelCol] = bar + 2
+	head[levelCol] = "LEVEL"
 	line := func(c []string) {
 		var l strings.Builder
 		for i, s := range c {
 			if i > 0 {
 				l.WriteString("  ")
 			}
-			if i == 4 || i == 6 || i == 9 {
+			if i == levelCol+1 || i == levelCol+3 || i == levelCol+6 { // USE, LIMIT, LEASES
 				fmt.Fprintf(&l, "%*s", widths[i], s)
 			} else {
 				fmt.Fprintf(&l, "%-*s", widths[i], s)
@@ -117,7 +119,7 @@ func Render(s Snapshot, v View, width int) string {
 	}
 	line(head)
 	for i, r := range rows {
-		cells[i][3] = level(r, bar)
+		cells[i][levelCol] = level(r, bar)
 		line(cells[i])
 	}
 	if len(rows) == 0 {
@@ -125,6 +127,9 @@ func Render(s Snapshot, v View, width int) string {
 	}
 	return b.String()
 }
+
+// levelCol is the column of the level bar.
+const levelCol = 4
 
 // level is the bar of what remains: '#' remaining, '.' used.
 func level(b Bucket, width int) string {
@@ -156,14 +161,14 @@ func fullIn(b Bucket) string {
 	return s
 }
 
-// Filtered returns the buckets whose rule or tenant contains sub.
+// Filtered returns the buckets whose rule, tenant or model contains sub.
 func Filtered(bs []Bucket, sub string) []Bucket {
 	if sub == "" {
 		return bs
 	}
 	var out []Bucket
 	for _, b := range bs {
-		if strings.Contains(b.Rule, sub) || strings.Contains(b.Tenant, sub) {
+		if strings.Contains(b.Rule, sub) || strings.Contains(b.Tenant, sub) || strings.Contains(b.Model, sub) {
 			out = append(out, b)
 		}
 	}
@@ -183,8 +188,12 @@ func Sorted(bs []Bucket, o Order) []Bucket {
 			if c := cmp.Compare(a.Tenant, b.Tenant); c != 0 {
 				return c
 			}
+		case ByModel:
+			if c := cmp.Compare(a.Model, b.Model); c != 0 {
+				return c
+			}
 		}
-		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Kind, b.Kind))
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Model, b.Model), cmp.Compare(a.Kind, b.Kind))
 	})
 	return out
 }

@@ -16,11 +16,12 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 func fixture() Snapshot {
 	return Snapshot{
 		Buckets: []Bucket{
-			{Tenant: "team-a", Rule: "per-tenant", Kind: "tokens", Per: []string{"tenant"}, Limit: 100000, Capacity: 100000, Period: "per minute", Remaining: 25000, ResetMS: 45000},
-			{Tenant: "team-b", Rule: "per-tenant", Kind: "tokens", Per: []string{"tenant"}, Limit: 100000, Capacity: 100000, Period: "per minute", Remaining: 100000},
-			{Tenant: "team-a", Rule: "per-tenant", Kind: "concurrent requests", Per: []string{"tenant"}, Algorithm: "concurrency", Limit: 3, Capacity: 3, Period: "in flight", Remaining: 1, ResetMS: 600000, Leases: 2},
-			{Tenant: AllTenants, Rule: "openai-per-model", Kind: "requests", Limit: 500, Capacity: 500, Period: "per minute", Remaining: 0, ResetMS: 120},
-			{Tenant: "team-b", Rule: "audit", Kind: "tokens", Shadow: true, Per: []string{"tenant"}, Limit: 1000, Capacity: 1000, Period: "per day", Remaining: 900, ResetMS: 5400000},
+			{Tenant: "team-a", Model: AllModels, Rule: "per-tenant", Kind: "tokens", Per: []string{"tenant"}, Limit: 100000, Capacity: 100000, Period: "per minute", Remaining: 25000, ResetMS: 45000},
+			{Tenant: "team-b", Model: AllModels, Rule: "per-tenant", Kind: "tokens", Per: []string{"tenant"}, Limit: 100000, Capacity: 100000, Period: "per minute", Remaining: 100000},
+			{Tenant: "team-a", Model: AllModels, Rule: "per-tenant", Kind: "concurrent requests", Per: []string{"tenant"}, Algorithm: "concurrency", Limit: 3, Capacity: 3, Period: "in flight", Remaining: 1, ResetMS: 600000, Leases: 2},
+			{Tenant: AllTenants, Model: "gpt-4o", Rule: "openai-per-model", Kind: "requests", Per: []string{"model"}, Limit: 500, Capacity: 500, Period: "per minute", Remaining: 0, ResetMS: 120},
+			{Tenant: AllTenants, Model: "gpt-4o-mini", Rule: "openai-per-model", Kind: "requests", Per: []string{"model"}, Limit: 500, Capacity: 500, Period: "per minute", Remaining: 450, ResetMS: 6000},
+			{Tenant: "team-b", Model: AllModels, Rule: "audit", Kind: "tokens", Shadow: true, Per: []string{"tenant"}, Limit: 1000, Capacity: 1000, Period: "per day", Remaining: 900, ResetMS: 5400000},
 		},
 		Rates:        Rates{Known: true, Admitted: 12.5, Denied: 3},
 		Held:         1,
@@ -43,6 +44,7 @@ func TestRenderGolden(t *testing.T) {
 		{"fill_160", View{Title: "http://127.0.0.1:9090  openai/gpt-4o  every 1s"}, 160},
 		{"rule", View{Title: "t", Order: ByRule}, 100},
 		{"tenant_filter", View{Title: "t", Order: ByTenant, Filter: "team-b", Help: true}, 100},
+		{"model_filter", View{Title: "t", Order: ByModel, Filter: "gpt-4o"}, 100},
 	} {
 		got := Render(fixture(), tc.view, tc.width)
 		if strings.ContainsRune(got, 0x1b) {
@@ -128,6 +130,11 @@ func TestModelKeys(t *testing.T) {
 	key("s")
 	if m.view.Order != ByRule || !strings.Contains(m.View(), "sort: rule") {
 		t.Errorf("after s: order %v", m.view.Order)
+	}
+	for _, want := range []Order{ByTenant, ByModel, ByFill, ByRule} {
+		if key("s"); m.view.Order != want {
+			t.Errorf("s moved to %v, want %v", m.view.Order, want)
+		}
 	}
 	key("/")
 	key("au")
