@@ -164,6 +164,9 @@ const (
 	OutputTokens
 	// Requests counts requests.
 	Requests
+	// Cost counts money, in micro-units of the limit's currency (internal/price): the most a
+	// request can cost at admission, its usage's cost at settlement.
+	Cost
 	// Dimensions is the number of dimensions.
 	Dimensions
 )
@@ -179,6 +182,8 @@ func (d Dimension) String() string {
 		return "output_tokens"
 	case Requests:
 		return "requests"
+	case Cost:
+		return "cost"
 	}
 	return "unknown"
 }
@@ -192,6 +197,8 @@ func (d Dimension) Words() string {
 		return "output tokens"
 	case Requests:
 		return "requests"
+	case Cost:
+		return "spend"
 	}
 	return "tokens"
 }

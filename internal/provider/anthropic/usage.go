@@ -95,7 +95,7 @@ func (Dialect) RateHeaders(api provider.API, d provider.Dimension) (provider.Rat
 	if api != provider.Messages {
 		return openai.Dialect{}.RateHeaders(api, d)
 	}
-	if int(d) >= len(rateHeaders) {
+	if int(d) >= len(rateHeaders) || rateHeaders[d].Limit == "" {
 		return provider.RateHeaders{}, false
 	}
 	return rateHeaders[d], true
