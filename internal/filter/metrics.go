@@ -29,6 +29,9 @@ const (
 	// reasonUnidentified is a request without its identity (a JWT claim, an API key) while
 	// tenant.missing is deny.
 	reasonUnidentified Reason = "unidentified"
+	// reasonUnpriced is a request under a cost limit whose model has no price: refused with a
+	// 403, never counted as free.
+	reasonUnpriced Reason = "unpriced"
 )
 
 func storeReason(ctx context.Context, err error) Reason {

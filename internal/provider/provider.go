@@ -230,6 +230,9 @@ const (
 	Forbidden
 	// Unauthenticated: the request carries no identity the limiter can charge (401).
 	Unauthenticated
+	// QuotaExhausted: a money budget is spent until its period renews (429, not to be
+	// retried: the answer says x-should-retry: false).
+	QuotaExhausted
 )
 
 // Error is one error answer, before a dialect renders it.

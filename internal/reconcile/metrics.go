@@ -145,6 +145,9 @@ func (m *Metrics) reconciled(prov string, refund, overage *dims) {
 		return
 	}
 	for d := range provider.Dimension(provider.Dimensions) {
+		if d == provider.Cost {
+			continue // money, not tokens: the spend metrics count it
+		}
 		if refund[d] > 0 {
 			m.tokens.WithLabelValues(prov, "refund", d.String()).Add(float64(refund[d]))
 		}

@@ -549,7 +549,7 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			s.log.Warn("reconcile: reported usage above its bound, clamped",
 				zap.String("reason", why), zap.String("provider", provider),
 				zap.Int64("reported", actual.max()), zap.Int64("bound", b))
-			actual.clamp(b)
+			actual.clamp(b, r, u)
 		}
 	}
 	adj := make([]bucket.Adjustment, 0, len(r.Buckets))
@@ -565,6 +565,16 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 				adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: 1, Lease: r.Lease})
 			}
 			continue
+		case b.Kind == reservation.KindCost:
+			// Money settles to what the provider bills: the usage's cost at the admission's
+			// price, nothing for a failed call (the providers bill none), the reservation kept
+			// when no usage is found (a cut stream may have been billed).
+			switch {
+			case failed:
+				d = b.Spec.Cost
+			case found && r.Price != nil:
+				d = b.Spec.Cost - actual[dim]
+			}
 		case !reservation.Tokenish(b.Kind), failed && !b.Refund:
 		case clientError:
 			d = b.Spec.Cost - st.set.kept(b.Spec.Cost)
