@@ -215,6 +215,9 @@ type Rule struct {
 	Refund bool
 	// FromPlan: the rule's limits are each tenant's plan's (limits_from: plan); Limits is empty.
 	FromPlan bool
+	// AlertAt is the part of the rule's money budget (its cost limit) whose crossing is counted
+	// and logged; 0 without a cost limit.
+	AlertAt float64
 }
 
 // DimLimit is one window of one dimension of a rule.
@@ -557,10 +560,11 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	errs = append(errs, lerrs...)
 	out.Limits = lims
 	if r.Cost != nil {
-		l, cerrs := compileCost(r.Cost, key, r.Match.Model, c)
+		l, alertAt, cerrs := compileCost(r.Cost, key, r.Match.Model, c)
 		errs = append(errs, cerrs...)
 		if l != nil {
 			out.Limits = append(out.Limits, DimLimit{Dim: provider.Cost, Limit: *l})
+			out.AlertAt = alertAt
 		}
 	}
 	if out.MaxWait > time.Minute {

@@ -78,7 +78,14 @@ type CostSpec struct {
 	Period string `yaml:"period"`
 	// Timezone is the IANA time zone whose midnights the periods start at; empty is UTC.
 	Timezone string `yaml:"timezone"`
+	// AlertAt is the part of the budget (0 to 1) whose crossing is counted and logged, once per
+	// period and scope; unset: DefaultAlertAt.
+	AlertAt *float64 `yaml:"alert_at"`
 }
+
+// DefaultAlertAt is the part of a money budget whose crossing is counted and logged when a
+// cost limit names none.
+const DefaultAlertAt = 0.8
 
 // Currency is the currency of the price table and of every cost limit.
 const Currency = "USD"
@@ -176,12 +183,19 @@ func compilePrice(p *PriceSpec, key string, def bool, bad func(key, format strin
 }
 
 // compileCost compiles a rule's cost limit; key is the rule's path. c holds the compiled prices.
-func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, []error) {
+func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, float64, []error) {
 	var errs []error
 	bad := func(k, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.cost.%s: %s", key, k, fmt.Sprintf(format, args...)))
 	}
 	l := &Limit{Algorithm: bucket.Quota}
+	alertAt := DefaultAlertAt
+	if cs.AlertAt != nil {
+		alertAt = *cs.AlertAt
+		if !(alertAt > 0 && alertAt <= 1) {
+			bad("alert_at", "%v is not in (0, 1]", alertAt)
+		}
+	}
 	if !cs.Limit.set() {
 		bad("limit", "required (an amount of %s, like 250)", Currency)
 	} else if cs.Limit.parse("limit", bucket.MaxAmount, bad); cs.Limit.Micro <= 0 && len(errs) == 0 {
@@ -225,7 +239,7 @@ func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, []e
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, 0, errs
 	}
-	return l, nil
+	return l, alertAt, nil
 }

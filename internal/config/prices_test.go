@@ -102,7 +102,7 @@ rules:
   - {name: c, match: {model: unlisted-model}, cost: {limit: 1, currency: USD, period: day}}
   - {name: d, per: [tenant], limits_from: plan, cost: {limit: 1, currency: USD, period: day}}
   - {name: e, cost: {currency: USD, period: day}}
-  - {name: f, cost: {limit: 1000000.01, currency: USD, period: day}}
+  - {name: f, cost: {limit: 1000000.01, currency: USD, period: day, alert_at: 1.5}}
 plans: {free: {tokens: {limit: 1, period: minute}}}
 tenant_plans: {default: free}
 `), "t.yaml")
@@ -123,6 +123,7 @@ tenant_plans: {default: free}
 		`rules[3].cost: a rule with limits_from: plan`,
 		`rules[4].cost.limit: required`,
 		`rules[5].cost.limit: "1000000.01" is above 1000000.00`,
+		`rules[5].cost.alert_at: 1.5 is not in (0, 1]`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)

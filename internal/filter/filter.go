@@ -136,6 +136,8 @@ type Filter struct {
 	pricing atomic.Int64
 	// prompts remembers the prompt-cache prefixes admitted requests sent.
 	prompts *promptcache.Memory
+	// alerts remembers the money budgets whose alert_at this replica reported (spend.go).
+	alerts spendAlerts
 	// ridPrefix and ridSeq make reservation ids (with Options.Recorder): this process's random
 	// prefix and a counter.
 	ridPrefix string
@@ -859,6 +861,9 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 		f.prompts.Sent(est, now)
 	}
 	f.m.decided(est, pl, dec, d)
+	if pl != nil && pl.priced && pl.debited && !pl.local {
+		f.crossed(pl, now)
+	}
 	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		fields := []zap.Field{
 			zap.String("decision", dec),

@@ -3,8 +3,15 @@ package filter
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
@@ -206,5 +213,79 @@ func TestCostHasNoRateHeaders(t *testing.T) {
 				t.Errorf("%s %s: %+v", id, api, h)
 			}
 		}
+	}
+}
+
+// The take that carries a budget across its alert_at is counted and logged, once per period and
+// scope, with the tenant's hash; the money reserved is counted per rule.
+func TestSpendThreshold(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	core, logs := observer.New(zapcore.WarnLevel)
+	e := newEnv(t, `
+tenant: {source: header, header: x-tenant-id}
+rules:
+  - name: team-budget
+    per: [tenant]
+    cost: {limit: 0.05, currency: USD, period: month, alert_at: 0.5}
+`, Options{Metrics: NewMetrics(reg), Logger: zap.New(core)})
+	body := `{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"Hello"}]}`
+	ask := func(tenant string) string {
+		return decisionOf(e.answer(t, context.Background(), chat(body, map[string]string{"x-tenant-id": tenant})()).Response())
+	}
+	// About 0.01002 a request: the third crosses 0.025.
+	for i, want := range []int{0, 0, 1, 1} {
+		if d := ask("team-a"); d != decisionAllowed {
+			t.Fatalf("request %d: %q", i, d)
+		}
+		if got := samples(t, reg, "llm_ratelimit_spend_threshold_crossed_total")["rule=team-budget"]; got != float64(want) {
+			t.Fatalf("after request %d: %v crossings, want %d", i, got, want)
+		}
+	}
+	if logs.Len() != 1 {
+		t.Fatalf("%d warnings, want 1: %v", logs.Len(), logs.All())
+	}
+	fields := logs.All()[0].ContextMap()
+	if logs.All()[0].Message != "spend threshold crossed" || fields["rule"] != "team-budget" || fields["tenant_hash"] != tenantHash("team-a") ||
+		fields["limit"] != "0.05" {
+		t.Errorf("log %v %v", logs.All()[0].Message, fields)
+	}
+	for k, v := range fields {
+		if s, ok := v.(string); ok && s == "team-a" {
+			t.Errorf("the log names the tenant in %s", k)
+		}
+	}
+	// Another scope crosses its own.
+	for range 3 {
+		ask("team-b")
+	}
+	if got := samples(t, reg, "llm_ratelimit_spend_threshold_crossed_total")["rule=team-budget"]; got != 2 {
+		t.Errorf("two scopes: %v crossings", got)
+	}
+	// The next month crosses again.
+	e.clock.Add(31 * 24 * time.Hour)
+	for range 3 {
+		ask("team-a")
+	}
+	if got := samples(t, reg, "llm_ratelimit_spend_threshold_crossed_total")["rule=team-budget"]; got != 3 {
+		t.Errorf("next month: %v crossings", got)
+	}
+	if got := samples(t, reg, "llm_ratelimit_spend_reserved_micros_total")["rule=team-budget"]; got < 10*10_000 || got > 10*10_100 {
+		t.Errorf("reserved %v micro-USD for 10 requests", got)
+	}
+}
+
+// A replica reports a budget once in its period, however its spend moves around the threshold.
+func TestSpendAlertsOncePerPeriod(t *testing.T) {
+	t.Parallel()
+	var a spendAlerts
+	if !a.first("b", 100, 0) || a.first("b", 100, 0) || !a.first("c", 100, 0) || !a.first("b", 200, 150) {
+		t.Fatal("once per bucket and period")
+	}
+	for i := range maxAlerts + 10 {
+		a.first(strconv.Itoa(i), 1000, 500)
+	}
+	if len(a.seen) > maxAlerts {
+		t.Errorf("%d remembered, at most %d", len(a.seen), maxAlerts)
 	}
 }

@@ -3,6 +3,8 @@ package reconcile
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -41,7 +43,8 @@ func TestSettleCost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
+			m := NewMetrics(prometheus.NewRegistry())
+			e := newEnvWith(t, nil, func(o *Options) { o.Metrics = m })
 			e.provider = "anthropic"
 			p := sonnet
 			r := e.hold(t, &reservation.Reservation{Tag: "anthropic", Model: "claude-sonnet-4-5", Prompt: 1000, Output: 500,
@@ -54,6 +57,9 @@ func TestSettleCost(t *testing.T) {
 			e.run(t, r, true, headers(":status", tc.status, "content-type", tc.ct), body(tc.body, true))
 			if got := e.remaining(t, budget); got != budget.Limit-tc.spent {
 				t.Errorf("remaining %d, want %d (spent %d)", got, budget.Limit-tc.spent, tc.spent)
+			}
+			if got := counter(t, m.spend, "budget"); got != float64(tc.spent) {
+				t.Errorf("settled spend counted %v, want %d", got, tc.spent)
 			}
 		})
 	}

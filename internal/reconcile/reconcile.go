@@ -556,6 +556,8 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 	// What this response gave back and charged in each dimension: the most of any one bucket
 	// (several rules' buckets of one dimension settle the same tokens).
 	var refund, overage dims
+	// charged is what each cost bucket is left charged with, once adjusted (nil without one).
+	var charged []int64
 	for _, b := range r.Buckets {
 		var d int64
 		dim, _ := reservation.Dimension(b.Kind)
@@ -575,6 +577,7 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			case found && r.Price != nil:
 				d = b.Spec.Cost - actual[dim]
 			}
+			charged = append(charged, b.Spec.Cost-d)
 		case !reservation.Tokenish(b.Kind), failed && !b.Refund:
 		case clientError:
 			d = b.Spec.Cost - st.set.kept(b.Spec.Cost)
@@ -623,6 +626,15 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		s.record(st, u, found)
 	}
 	s.m.reconciled(provider, &refund, &overage)
+	if charged != nil {
+		i := 0
+		for _, b := range r.Buckets {
+			if b.Kind == reservation.KindCost {
+				s.m.spent(ruleOf(b.Spec.Name), charged[i])
+				i++
+			}
+		}
+	}
 	if found && !failed {
 		s.m.usage(provider, r.Model, st.exact, r.Prompt, r.Output, u)
 	}
