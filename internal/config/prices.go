@@ -146,7 +146,6 @@ func compilePrice(p *PriceSpec, key string, def bool, bad func(key, format strin
 	n := 0
 	b := func(k, format string, args ...any) { n++; bad(key+"."+k, format, args...) }
 	e := PriceEntry{Provider: NewGlob(p.Provider), Model: NewGlob(p.Model), Source: p.Source, Date: p.Date, Default: def}
-	const maxPrice = 100_000_000_000 // 100,000 per million tokens
 	for _, m := range [...]struct {
 		name     string
 		v        *Money
@@ -159,7 +158,7 @@ func compilePrice(p *PriceSpec, key string, def bool, bad func(key, format strin
 	} {
 		switch {
 		case m.v.set():
-			m.v.parse(m.name, maxPrice, b)
+			m.v.parse(m.name, price.MaxPrice, b)
 			*m.to = m.v.Micro
 		case m.required:
 			b(m.name, "required (currency units per million tokens, like 2.50)")

@@ -11,9 +11,9 @@ import (
 // largest amount (bucket.MaxAmount; config holds them equal), 1,000,000 currency units.
 const MaxAmount = 1_000_000_000_000
 
-// maxPrice bounds one price, in micro-units per million tokens (or per request): 100,000
-// currency units, far above any model's.
-const maxPrice = 100_000_000_000
+// MaxPrice bounds one price, in micro-units per million tokens (or per request): 100,000
+// currency units, far above any model's. internal/config refuses a price above it.
+const MaxPrice = 100_000_000_000
 
 // Price is what one model costs. Token prices are in micro-units per million tokens (2.50 USD per
 // million is 2,500,000); Request is in micro-units per request. A Price is a plain value, safe for
