@@ -861,7 +861,7 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 		f.prompts.Sent(est, now)
 	}
 	f.m.decided(est, pl, dec, d)
-	if pl != nil && pl.priced && pl.debited && !pl.local {
+	if pl != nil && pl.price != nil && pl.debited && !pl.local {
 		f.crossed(pl, now)
 	}
 	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
@@ -970,8 +970,8 @@ func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	for _, rule := range pl.rules {
 		x.Rules = append(x.Rules, rule.Name)
 	}
-	if pl.priced {
-		x.Spend, x.Price, x.Priced = pl.cost[provider.Cost], pl.price, true
+	if pl.price != nil {
+		x.Spend, x.Price, x.Priced = pl.cost[provider.Cost], *pl.price, true
 	}
 	if pl.unpriced != nil {
 		x.Unpriced = pl.unpriced.Name

@@ -152,7 +152,7 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 		if est.CacheRead > 0 {
 			m.cacheReads.WithLabelValues(provider).Add(float64(est.CacheRead))
 		}
-		if pl.priced {
+		if pl.price != nil {
 			for i := range pl.owners {
 				if pl.owners[i].kind == reservation.KindCost && i < len(pl.enforced.Buckets) {
 					m.spend.WithLabelValues(pl.owners[i].rule.Name).Add(float64(pl.enforced.Buckets[i].Cost))

@@ -84,11 +84,10 @@ type plan struct {
 	cost costs
 	// clock is the filter's (Options.Now), for the answers' reset instants.
 	clock func() time.Time
-	// price is the model's price when a cost limit applies (priced); unpriced is the first
-	// enforced rule with a cost limit that found no price for the model: the request is
-	// refused (unpricedResponse), never counted as free.
-	price    price.Price
-	priced   bool
+	// price is the model's price when a cost limit applies (nil otherwise: the configuration's
+	// entry, immutable); unpriced is the first enforced rule with a cost limit that found no
+	// price for the model: the request is refused (unpricedResponse), never counted as free.
+	price    *price.Price
 	unpriced *config.Rule
 	// Room for the common plans (one rule of up to four buckets), so that building them
 	// allocates nothing but the plan itself.
@@ -228,15 +227,15 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 // can cost (maxSpend) becomes its cost in the Cost dimension. It reports whether the model has
 // a price.
 func (pl *plan) spend(cfg *config.Config, prov string, est *tokens.Estimate) bool {
-	if !pl.priced && pl.unpriced == nil {
+	if pl.price == nil && pl.unpriced == nil {
 		p, ok := cfg.PriceOf(prov, est.Model)
 		if !ok {
 			return false
 		}
-		pl.price, pl.priced = *p, true
+		pl.price = p
 		pl.cost[provider.Cost] = maxSpend(p, est)
 	}
-	return pl.priced
+	return pl.price != nil
 }
 
 // requestHost is the host name rules match (match.host): the authority without its port and

@@ -68,7 +68,7 @@ func (pl *plan) reservation(est *tokens.Estimate, buf []reservation.Bucket) (r r
 			if o.kind == reservation.KindCost {
 				// Money settles to what the usage costs: the reservation is the most it could.
 				b.Refund = true
-				r.Price = &pl.price
+				r.Price = pl.price
 			}
 		}
 	}

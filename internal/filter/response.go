@@ -418,7 +418,7 @@ func (m *metadata) append(b []byte) []byte {
 		cost = pl.cost[provider.Tokens] // as the provider's profile counts it (cost.go)
 	}
 	b = authzwire.AppendNumberField(b, "cost", float64(cost))
-	if pl != nil && pl.priced {
+	if pl != nil && pl.price != nil {
 		// The most the request can cost, reserved in its money budgets (micro-units of USD).
 		b = authzwire.AppendNumberField(b, "spend_reserved_micros", float64(pl.cost[provider.Cost]))
 	}
