@@ -80,3 +80,19 @@ func TestSettleCostOverage(t *testing.T) {
 		t.Errorf("remaining %d, want %d", got, budget.Limit-375)
 	}
 }
+
+// A usage above its bound (usage_factor x the reservation) is settled at the bound in money too:
+// an upstream reporting a million prompt tokens cannot empty a budget.
+func TestSettleCostClamped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}
+	r := e.hold(t, &reservation.Reservation{Tag: "openai", Model: "gpt-4o", Prompt: 100, Output: 10, Weight: 1, Price: &p,
+		Buckets: []reservation.Bucket{{Kind: reservation.KindCost, Refund: true, Spec: withCost(budget, 350)}}})
+	e.run(t, r, true, headers(":status", "200", "content-type", "application/json"),
+		body(`{"usage":{"prompt_tokens":1000000,"completion_tokens":10,"total_tokens":1000010}}`, true))
+	// The bound is 8 x 110 = 880 tokens: 880 prompt at 2.5 and 10 output at 10.
+	if got := e.remaining(t, budget); got != budget.Limit-2300 {
+		t.Errorf("remaining %d, want %d", got, budget.Limit-2300)
+	}
+}
