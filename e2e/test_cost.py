@@ -167,8 +167,8 @@ def cost(tmp_path_factory):
         spent1 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
         an = anthropic.Anthropic(api_key="sk-cost-sdk", base_url="http://api.anthropic.com", max_retries=2, timeout=30.0,
                                  http_client=anthropic.DefaultHttpxClient(proxy=stack.proxy, trust_env=False, verify=False))
-        # Reserves about 0.00197 of the 0.002 budget and costs about 0.0001: the next one cannot fit.
-        haiku = {"model": "claude-haiku-4-5", "max_tokens": 390, "messages": [{"role": "user", "content": "Hello"}]}
+        # Reserves about 0.00193 of the 0.002 budget and costs about 0.0001: the next one cannot fit.
+        haiku = {"model": "claude-haiku-4-5", "max_tokens": 380, "messages": [{"role": "user", "content": "Hello"}]}
         an.messages.create(**haiku)
         spent2 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
         try:

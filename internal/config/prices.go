@@ -58,6 +58,9 @@ type PriceSpec struct {
 	CachedInput Money `yaml:"cached_input"`
 	// CacheWrite is the price of input written to the prompt cache; unset: Input.
 	CacheWrite Money `yaml:"cache_write"`
+	// CacheWrite1h is the price of input written to the prompt cache for an hour (Anthropic);
+	// unset: CacheWrite.
+	CacheWrite1h Money `yaml:"cache_write_1h"`
 	// Output is the price of output tokens; required.
 	Output Money `yaml:"output"`
 	// Request is the price of each request; unset: none.
@@ -153,7 +156,8 @@ func compilePrice(p *PriceSpec, key string, def bool, bad func(key, format strin
 		required bool
 	}{
 		{"input", &p.Input, &e.Price.Input, true}, {"cached_input", &p.CachedInput, &e.Price.CachedInput, false},
-		{"cache_write", &p.CacheWrite, &e.Price.CacheWrite, false}, {"output", &p.Output, &e.Price.Output, true},
+		{"cache_write", &p.CacheWrite, &e.Price.CacheWrite, false}, {"cache_write_1h", &p.CacheWrite1h, &e.Price.CacheWrite1h, false},
+		{"output", &p.Output, &e.Price.Output, true},
 		{"request", &p.Request, &e.Price.Request, false},
 	} {
 		switch {
@@ -169,6 +173,9 @@ func compilePrice(p *PriceSpec, key string, def bool, bad func(key, format strin
 	}
 	if !p.CacheWrite.set() {
 		e.Price.CacheWrite = e.Price.Input
+	}
+	if !p.CacheWrite1h.set() {
+		e.Price.CacheWrite1h = e.Price.CacheWrite
 	}
 	if p.Date != "" {
 		if _, err := time.Parse(time.DateOnly, p.Date); err != nil {

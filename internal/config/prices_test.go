@@ -33,12 +33,12 @@ func TestDefaultPrices(t *testing.T) {
 		provider, model string
 		want            price.Price
 	}{
-		{"openai", "gpt-4o-mini-2024-07-18", price.Price{Input: 150_000, CachedInput: 75_000, CacheWrite: 150_000, Output: 600_000}},
-		{"openai", "gpt-4o", price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}},
-		{"anthropic", "claude-sonnet-4-5", price.Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, Output: 15_000_000}},
-		{"anthropic", "claude-opus-4-1-20250805", price.Price{Input: 15_000_000, CachedInput: 1_500_000, CacheWrite: 18_750_000, Output: 75_000_000}},
-		{"anthropic", "claude-opus-4-5", price.Price{Input: 5_000_000, CachedInput: 500_000, CacheWrite: 6_250_000, Output: 25_000_000}},
-		{"gemini", "gemini-2.5-flash", price.Price{Input: 300_000, CachedInput: 30_000, CacheWrite: 300_000, Output: 2_500_000}},
+		{"openai", "gpt-4o-mini-2024-07-18", price.Price{Input: 150_000, CachedInput: 75_000, CacheWrite: 150_000, CacheWrite1h: 150_000, Output: 600_000}},
+		{"openai", "gpt-4o", price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, CacheWrite1h: 2_500_000, Output: 10_000_000}},
+		{"anthropic", "claude-sonnet-4-5", price.Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, Output: 15_000_000}},
+		{"anthropic", "claude-opus-4-1-20250805", price.Price{Input: 15_000_000, CachedInput: 1_500_000, CacheWrite: 18_750_000, CacheWrite1h: 30_000_000, Output: 75_000_000}},
+		{"anthropic", "claude-opus-4-5", price.Price{Input: 5_000_000, CachedInput: 500_000, CacheWrite: 6_250_000, CacheWrite1h: 10_000_000, Output: 25_000_000}},
+		{"gemini", "gemini-2.5-flash", price.Price{Input: 300_000, CachedInput: 30_000, CacheWrite: 300_000, CacheWrite1h: 300_000, Output: 2_500_000}},
 	} {
 		got, ok := c.PriceOf(tc.provider, tc.model)
 		if !ok || *got != tc.want {
@@ -69,7 +69,7 @@ rules:
 		t.Fatal(err)
 	}
 	got, _ := c.PriceOf("openai", "gpt-4o")
-	if want := (price.Price{Input: 2_000_000, CachedInput: 2_000_000, CacheWrite: 2_000_000, Output: 8_000_000, Request: 1000}); *got != want {
+	if want := (price.Price{Input: 2_000_000, CachedInput: 2_000_000, CacheWrite: 2_000_000, CacheWrite1h: 2_000_000, Output: 8_000_000, Request: 1000}); *got != want {
 		t.Errorf("override: %+v, want %+v", *got, want)
 	}
 	if got, _ := c.PriceOf("azure", "ft:mine"); got.Input != 3_000_001 {

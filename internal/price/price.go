@@ -23,8 +23,12 @@ type Price struct {
 	Input int64
 	// CachedInput is the price of input tokens read from the prompt cache.
 	CachedInput int64
-	// CacheWrite is the price of input tokens written to the prompt cache.
+	// CacheWrite is the price of input tokens written to the prompt cache (for five minutes,
+	// where the provider prices lifetimes apart).
 	CacheWrite int64
+	// CacheWrite1h is the price of input tokens written to the prompt cache for an hour
+	// (Anthropic's 1-hour cache writes).
+	CacheWrite1h int64
 	// Output is the price of output tokens (reasoning tokens included: providers bill them as
 	// output).
 	Output int64
@@ -34,14 +38,15 @@ type Price struct {
 
 // Usage is what a response consumed, in the provider's counts: Input is every prompt token (cache
 // reads and writes included), CacheRead and CacheWrite the parts of it read from and written to
-// the prompt cache, Output the generated tokens.
+// the prompt cache, CacheWrite1h the part of CacheWrite written for an hour, Output the
+// generated tokens.
 type Usage struct {
-	Input, CacheRead, CacheWrite, Output int64
+	Input, CacheRead, CacheWrite, CacheWrite1h, Output int64
 }
 
 // Cost is what u costs at p, in micro-units: the uncached input at Input, cache reads at
-// CachedInput, cache writes at CacheWrite, the output at Output, rounded up to the micro-unit,
-// plus Request. Negative counts count as zero, cache parts above the input are taken as they are
+// CachedInput, cache writes at CacheWrite (those written for an hour at CacheWrite1h), the output
+// at Output, rounded up to the micro-unit, plus Request. Negative counts count as zero, cache parts above the input are taken as they are
 // (the input is then counted as their sum).
 func (p *Price) Cost(u Usage) int64 {
 	read, write := max(u.CacheRead, 0), max(u.CacheWrite, 0)
@@ -49,21 +54,23 @@ func (p *Price) Cost(u Usage) int64 {
 	if plain < 0 {
 		plain = 0
 	}
+	hour := min(max(u.CacheWrite1h, 0), write)
 	var s sum
 	s.add(plain, p.Input)
 	s.add(read, p.CachedInput)
-	s.add(write, p.CacheWrite)
+	s.add(write-hour, p.CacheWrite)
+	s.add(hour, p.CacheWrite1h)
 	s.add(max(u.Output, 0), p.Output)
 	return s.micro(p.Request)
 }
 
 // Max is the most a request of prompt input tokens that may generate output tokens can cost at
-// p: every input token at the dearer of Input and CacheWrite (a prompt may be written to the
-// cache; reads only cost less), every output token at Output, plus Request. It is never below
+// p: every input token at the dearest of its input prices (a prompt may be written to the cache,
+// for an hour; reads only cost less), every output token at Output, plus Request. It is never below
 // Cost of any usage within those counts.
 func (p *Price) Max(prompt, output int64) int64 {
 	var s sum
-	s.add(max(prompt, 0), max(p.Input, p.CacheWrite, p.CachedInput))
+	s.add(max(prompt, 0), max(p.Input, p.CacheWrite, p.CacheWrite1h, p.CachedInput))
 	s.add(max(output, 0), p.Output)
 	return s.micro(p.Request)
 }

@@ -37,7 +37,7 @@ func TestFormatMoney(t *testing.T) {
 func TestCost(t *testing.T) {
 	t.Parallel()
 	// Claude Sonnet 4.5's prices (USD per million): 3 input, 0.30 cache reads, 3.75 writes, 15 output.
-	sonnet := Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, Output: 15_000_000}
+	sonnet := Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, Output: 15_000_000}
 	for _, tc := range []struct {
 		name string
 		p    Price
@@ -48,6 +48,9 @@ func TestCost(t *testing.T) {
 		{"plain", sonnet, Usage{Input: 1000, Output: 200}, 6000},
 		// 100 plain x 3 + 800 read x 0.30 + 100 written x 3.75 + 10 out x 15 = 300 + 240 + 375 + 150.
 		{"cached", sonnet, Usage{Input: 1000, CacheRead: 800, CacheWrite: 100, Output: 10}, 1065},
+		// 40 of the 100 written for an hour: 60 x 3.75 + 40 x 6 = 225 + 240 in place of 375.
+		{"cached for an hour", sonnet, Usage{Input: 1000, CacheRead: 800, CacheWrite: 100, CacheWrite1h: 40, Output: 10}, 1155},
+		{"hour above the writes", sonnet, Usage{Input: 100, CacheWrite: 10, CacheWrite1h: 50}, 330},
 		// gpt-4o-mini: 7 x 0.15 = 1.05 micro-USD, rounded up to 2.
 		{"rounded up", Price{Input: 150_000, Output: 600_000}, Usage{Input: 7}, 2},
 		{"per request", Price{Input: 1_000_000, Output: 1_000_000, Request: 5000}, Usage{Input: 1, Output: 1}, 5002},
@@ -66,7 +69,7 @@ func TestCost(t *testing.T) {
 func TestMaxBoundsCost(t *testing.T) {
 	t.Parallel()
 	prices := []Price{
-		{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, Output: 15_000_000},
+		{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, Output: 15_000_000},
 		{Input: 150_000, CachedInput: 75_000, CacheWrite: 150_000, Output: 600_000, Request: 7},
 		{Input: 1, Output: 1},
 	}
@@ -76,6 +79,7 @@ func TestMaxBoundsCost(t *testing.T) {
 				m := p.Max(prompt, out)
 				for _, u := range []Usage{
 					{Input: prompt, Output: out}, {Input: prompt, CacheWrite: prompt, Output: out},
+					{Input: prompt, CacheWrite: prompt, CacheWrite1h: prompt, Output: out},
 					{Input: prompt, CacheRead: prompt / 2, CacheWrite: prompt / 2, Output: out}, {Input: prompt / 3, Output: out / 2},
 				} {
 					if c := p.Cost(u); c > m {
@@ -85,9 +89,9 @@ func TestMaxBoundsCost(t *testing.T) {
 			}
 		}
 	}
-	// Sonnet, 1000 prompt tokens all written to the cache, 500 output: 3750 + 7500.
-	if got := prices[0].Max(1000, 500); got != 11250 {
-		t.Errorf("Max = %d, want 11250", got)
+	// Sonnet, 1000 prompt tokens all written to the cache for an hour, 500 output: 6000 + 7500.
+	if got := prices[0].Max(1000, 500); got != 13500 {
+		t.Errorf("Max = %d, want 13500", got)
 	}
 }
 

@@ -257,6 +257,9 @@ type Usage struct {
 	// CacheRead and CacheWrite are the parts of Input read from and written to the provider's
 	// prompt cache, when it reports them (0 otherwise).
 	CacheRead, CacheWrite int64
+	// CacheWrite1h is the part of CacheWrite written for an hour rather than five minutes,
+	// which Anthropic bills at a higher price, when the provider reports it (0 otherwise).
+	CacheWrite1h int64
 	// Total is the provider's own total when it gives one (OpenAI), else 0.
 	Total int64
 }
@@ -287,6 +290,9 @@ func (u *Usage) Merge(r Usage) {
 	}
 	if r.CacheWrite > 0 {
 		u.CacheWrite = r.CacheWrite
+	}
+	if r.CacheWrite1h > 0 {
+		u.CacheWrite1h = r.CacheWrite1h
 	}
 }
 

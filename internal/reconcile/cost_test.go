@@ -96,3 +96,24 @@ func TestSettleCostClamped(t *testing.T) {
 		t.Errorf("remaining %d, want %d", got, budget.Limit-2300)
 	}
 }
+
+// Anthropic's 1-hour cache writes are priced apart from its 5-minute ones.
+func TestSettleCostHourCacheWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = "anthropic"
+	p := sonnet
+	p.CacheWrite1h = 6_000_000
+	r := e.hold(t, &reservation.Reservation{Tag: "anthropic", Model: "claude-sonnet-4-5", Prompt: 1000, Output: 500,
+		Weight: 1, CacheReadsFree: true, Price: &p, Buckets: []reservation.Bucket{
+			{Kind: reservation.KindCost, Refund: true, Spec: withCost(budget, 13_500)},
+		}})
+	// 100 plain at 3, 600 written for 5 minutes at 3.75 and 200 for an hour at 6, 10 out at 15:
+	// 300 + 2250 + 1200 + 150.
+	e.run(t, r, true, headers(":status", "200", "content-type", "application/json"),
+		body(`{"usage":{"input_tokens":100,"cache_creation_input_tokens":800,"cache_read_input_tokens":0,"output_tokens":10,`+
+			`"cache_creation":{"ephemeral_5m_input_tokens":600,"ephemeral_1h_input_tokens":200}}}`, true))
+	if got := e.remaining(t, budget); got != budget.Limit-3900 {
+		t.Errorf("remaining %d, want %d", got, budget.Limit-3900)
+	}
+}

@@ -44,7 +44,7 @@ func spent(r *reservation.Reservation, u provider.Usage) int64 {
 	if r.Price == nil {
 		return 0
 	}
-	return r.Price.Cost(price.Usage{Input: u.Input, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Output: u.Output})
+	return r.Price.Cost(price.Usage{Input: u.Input, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, CacheWrite1h: u.CacheWrite1h, Output: u.Output})
 }
 
 // max is the largest token count of c.
@@ -59,5 +59,6 @@ func (c *dims) clamp(b int64, r *reservation.Reservation, u provider.Usage) {
 		c[d] = min(c[d], b)
 	}
 	u.Input, u.Output, u.CacheRead, u.CacheWrite = min(u.Input, b), min(u.Output, b), min(u.CacheRead, b), min(u.CacheWrite, b)
+	u.CacheWrite1h = min(u.CacheWrite1h, u.CacheWrite)
 	c[provider.Cost] = min(c[provider.Cost], spent(r, u))
 }

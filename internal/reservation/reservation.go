@@ -124,7 +124,7 @@ const version, version1, version3 = "r2", "r1", "r3"
 //	r3 TAG LEASE PROMPT OUTPUT MODEL PROFILE PRICE {KIND ...}...
 //
 // r3, with PRICE, is written only when r has a Price (a cost limit applied): INPUT/CACHED/
-// WRITE/OUTPUT/REQUEST in micro-units, so that a reservation without one reads as before.
+// WRITE/WRITE1H/OUTPUT/REQUEST in micro-units, so that a reservation without one reads as before.
 // where PROFILE is the output weight in decimal followed by c when cache reads are free and m
 // when the tokens were counted by characters, and
 // ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
@@ -168,7 +168,7 @@ func Append(b []byte, r *Reservation) []byte {
 		b = append(b, 'm')
 	}
 	if p := r.Price; p != nil {
-		for i, v := range [...]int64{p.Input, p.CachedInput, p.CacheWrite, p.Output, p.Request} {
+		for i, v := range [...]int64{p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h, p.Output, p.Request} {
 			if i == 0 {
 				b = append(b, ' ')
 			} else {
@@ -327,10 +327,10 @@ func Decode(s string) (*Reservation, error) {
 // decodePrice reads the PRICE word of r3.
 func decodePrice(s string) (*price.Price, error) {
 	parts := strings.Split(s, "/")
-	if len(parts) != 5 {
-		return nil, fmt.Errorf("%w: price: want 5 prices", ErrMalformed)
+	if len(parts) != 6 {
+		return nil, fmt.Errorf("%w: price: want 6 prices", ErrMalformed)
 	}
-	var v [5]int64
+	var v [6]int64
 	for i, p := range parts {
 		n, err := strconv.ParseInt(p, 10, 64)
 		if err != nil || n < 0 || n > bucket.MaxAmount {
@@ -338,7 +338,7 @@ func decodePrice(s string) (*price.Price, error) {
 		}
 		v[i] = n
 	}
-	return &price.Price{Input: v[0], CachedInput: v[1], CacheWrite: v[2], Output: v[3], Request: v[4]}, nil
+	return &price.Price{Input: v[0], CachedInput: v[1], CacheWrite: v[2], CacheWrite1h: v[3], Output: v[4], Request: v[5]}, nil
 }
 
 func escape(b []byte, s string) []byte {

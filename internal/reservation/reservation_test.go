@@ -60,13 +60,13 @@ func TestRoundTripPrice(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Reservation{Tag: "anthropic", Model: "claude-sonnet-4-5", Prompt: 1000, Output: 500, Weight: 1, CacheReadsFree: true,
-		Price: &price.Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, Output: 15_000_000, Request: 7},
+		Price: &price.Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, Output: 15_000_000, Request: 7},
 		Buckets: []Bucket{
 			{Kind: KindCost, Refund: true, Spec: bucket.Spec{Name: "budget:$|t1:a", Algorithm: bucket.Quota, Calendar: bucket.Month, Zone: paris, Limit: 250_000_000, Cost: 11257}},
 			{Kind: KindRequests, Spec: bucket.Spec{Name: "r", Limit: 10, Period: time.Minute, Cost: 1}},
 		}}
 	s := Encode(r)
-	if !strings.HasPrefix(s, "r3 anthropic - 1000 500 claude-sonnet-4-5 1c 3000000/300000/3750000/15000000/7 $ ") {
+	if !strings.HasPrefix(s, "r3 anthropic - 1000 500 claude-sonnet-4-5 1c 3000000/300000/3750000/6000000/15000000/7 $ ") {
 		t.Errorf("encoding %q", s)
 	}
 	got, err := Decode(s)
@@ -80,7 +80,7 @@ func TestRoundTripPrice(t *testing.T) {
 	if s := Encode(r); !strings.HasPrefix(s, "r2 ") {
 		t.Errorf("without a price: %q", s)
 	}
-	for _, bad := range []string{"r3 openai - 1 2 m 1 1/2/3/4", "r3 openai - 1 2 m 1 1/2/3/4/x", "r3 openai - 1 2 m 1 -1/2/3/4/5", "r3 openai - 1 2 m 1"} {
+	for _, bad := range []string{"r3 openai - 1 2 m 1 1/2/3/4/5", "r3 openai - 1 2 m 1 1/2/3/4/5/x", "r3 openai - 1 2 m 1 -1/2/3/4/5/6", "r3 openai - 1 2 m 1"} {
 		if _, err := Decode(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%q): %v, want ErrMalformed", bad, err)
 		}
