@@ -11,7 +11,8 @@ One stack, three phases:
    micro-dollar, and so does the spend the replicas count.
 2. Saturation: three `openai` SDK processes call gpt-4o-mini far above a 0.02 USD budget, every
    other call streamed. The mock's bill never exceeds the budget, the requests admitted before
-   the first refusal spent at least 95% of it, and the budget holds what the mock billed.
+   the first refusal spent at least 95% of it, the budget holds what the mock billed, and the
+   three replicas together count its 80% threshold once.
 
 OpenAI's streams are not in phase 1's exact comparison: under load a few percent of them reach
 the response path without their final usage chunk (the SDK receives it; the settlement counts
@@ -153,6 +154,8 @@ def cost(tmp_path_factory):
             "billed_before_first_refusal": before,
             "openai_spent_all": _spent(stack, "openai", "gpt-4o", "mixed-budget"),
             "openai_billed_all": _billed(ledger, "sk-cost-openai-") + _billed(ledger, "sk-cost-mini-"),
+            # Counted by the replica whose take crossed 80% of the budget, by no other.
+            "threshold_crossings": _metric(stack, "llm_ratelimit_spend_threshold_crossed_total", 'rule="mini-budget"'),
         }
 
         # 3. The SDKs meet a spent budget.
@@ -211,6 +214,8 @@ def test_budget_never_exceeded_and_spent_before_refusal(cost):
     assert m["spent"] == m["billed"], m
     assert m["billed_before_first_refusal"] >= 0.95 * MINI_BUDGET, m
     assert m["openai_spent_all"] == m["openai_billed_all"], m
+    # Its reservations are its costs, so its spend crossed 80% once, in one replica's take.
+    assert m["threshold_crossings"] == 1, m
 
 
 def test_sdks_raise_the_budget_error_without_retrying(cost):
