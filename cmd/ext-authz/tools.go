@@ -24,6 +24,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/server"
 )
 
@@ -191,7 +192,20 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "plan\t%s (from %s)\n", x.Plan, x.PlanSource)
 	}
 	fmt.Fprintf(tw, "rules\t%s\n", strings.Join(x.Rules, ", "))
+	if x.Priced {
+		// The most the request can cost: what its money budgets reserve until the response
+		// settles the actual cost.
+		fmt.Fprintf(tw, "reserved spend\t%s USD (input %s, cache write %s, output %s USD per million tokens)\n",
+			price.FormatMoney(x.Spend), price.FormatMoney(x.Price.Input), price.FormatMoney(x.Price.CacheWrite), price.FormatMoney(x.Price.Output))
+	}
+	if x.Unpriced != "" {
+		fmt.Fprintf(tw, "refused\tno price for the model under the cost limit of rule %s (add it under prices)\n", x.Unpriced)
+	}
 	tw.Flush()
+	if x.Unpriced != "" {
+		fmt.Fprintln(stdout, "buckets: none (the request is refused before any is taken)")
+		return nil
+	}
 	if len(x.Buckets) == 0 {
 		fmt.Fprintln(stdout, "buckets: none (no rule applies: the request is not limited)")
 		return nil

@@ -65,6 +65,8 @@ type Server struct {
 	// Gemini is the Gemini API's and Vertex AI's accounting (gemini.go), for requests to their
 	// hosts.
 	Gemini *Gemini
+	// Ledger is the bill of every answered request, in money (ledger.go).
+	Ledger *Ledger
 	Now    func() time.Time
 
 	seq atomic.Int64
@@ -101,6 +103,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n") //nolint:errcheck // the client may have gone
 	case r.URL.Path == "/stats" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, s.Recorder.Stats())
+	case r.URL.Path == "/ledger" && r.Method == http.MethodGet && s.Ledger != nil:
+		s.Ledger.serve(w)
 	case strings.HasPrefix(r.URL.Path, "/price/") && r.Method == http.MethodPost:
 		s.price(w, r)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
@@ -321,6 +325,9 @@ func (s *Server) priced(w http.ResponseWriter, r *http.Request) {
 	rec.Usage = p.Prompt + out
 	defer func() {
 		rec.End = unix(s.Now())
+		if s.Ledger != nil {
+			rec.Micros = s.Ledger.Charge(rec.Key, p.Model, p.Prompt, 0, 0, out)
+		}
 		s.Recorder.Add(rec)
 	}()
 	id := s.seq.Add(1)
@@ -678,6 +685,9 @@ func (s *Server) anthropicPriced(w http.ResponseWriter, r *http.Request, p *Pric
 		end := s.Now()
 		s.Anthropic.Settle(p.Model, p.Output, out, end)
 		rec.End = unix(end)
+		if s.Ledger != nil {
+			rec.Micros = s.Ledger.Charge(rec.Key, p.Model, p.Prompt, c.CacheRead, c.CacheWrite, out)
+		}
 		s.Recorder.Add(rec)
 	}()
 	s.messages(w, r, &q, s.seq.Add(1))

@@ -19,7 +19,7 @@
 // publishers/anthropic/models/{model}:rawPredict and :streamRawPredict and the Gemini API's
 // /v1beta/openai/chat/completions under the same accounting (googlecompat.go), and GET and POST /gemini/clock
 // (the clock of its requests per day); GET /v1/models,
-// /healthz, /stats; POST /price/<path> answers the price of a request without admitting it. Replies
+// /healthz, /stats, /ledger (what each API key was billed, in micro-dollars: ledger.go); POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
 // as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
 // usage of N tokens (an upstream reporting more than it used) and charged what it used. It must never
@@ -193,6 +193,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ErrorLatency:     *errorLatency,
 		Bedrock:          &Bedrock{TPM: *bedrockTPM, Period: *period},
 		Gemini:           gemini,
+		Ledger:           &Ledger{},
 		Now:              time.Now,
 	}
 

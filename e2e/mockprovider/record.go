@@ -48,6 +48,8 @@ type Record struct {
 	CacheRead  int64 `json:"cache_read,omitempty"`
 	ITPM       int64 `json:"itpm,omitempty"`
 	OTPM       int64 `json:"otpm,omitempty"`
+	// Micros is what the provider billed the answer, in micro-dollars (ledger.go).
+	Micros int64 `json:"micros,omitempty"`
 }
 
 // ProviderStats are the counters of one provider.

@@ -88,6 +88,7 @@ var conformance = []struct {
 	{"adjust/token_bucket", testAdjustTokenBucket},
 	{"adjust/sliding_window", testAdjustSlidingWindow},
 	{"adjust/quota", testAdjustQuota},
+	{"money_budget", testMoneyBudget},
 	{"cost_zero_and_debt", testCostZeroAndDebt},
 	{"clock_backwards", testClockBackwards},
 	{"hostile_keys", testHostileKeys},
@@ -533,6 +534,70 @@ func testAdjustQuota(t *testing.T, s store, clk *clock) {
 	clk.Advance(time.Minute)
 	if got := remaining(t, s, "p", spec); got != -5 {
 		t.Fatalf("tomorrow: remaining %d, want -5", got)
+	}
+}
+
+// testMoneyBudget is a cost limit as the filter builds it: a monthly quota in a time zone in
+// micro-units of money, taken in one call with a rule's token and request buckets (one shared
+// key), reserved at the most each request can cost and settled by Adjust to what it cost.
+func testMoneyBudget(t *testing.T, s store, clk *clock) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(time.Date(2026, 3, 4, 5, 6, 7, 0, paris))
+	renew := time.Date(2026, 4, 1, 0, 0, 0, 0, paris).Sub(clk.Now())
+	tokens := tokenBucket("rule", 1_000_000, time.Minute, 0)
+	tokens.Slot = 1
+	requests := tokenBucket("rule", 1000, time.Minute, 1)
+	requests.Slot = 2
+	budget := quota("budget:$", 250_000_000, Month, 10_000_123) // 250 USD; a request reserves 10.000123
+	budget.Zone = paris
+	call := func(cost int64) *Request {
+		return req(with(tokens, 100), requests, with(budget, cost))
+	}
+	for i := range 24 {
+		if res := take(t, s, call(10_000_123)); res.Outcome != Allowed {
+			t.Fatalf("reservation %d: %+v", i, res)
+		}
+	}
+	// 24 x 10.000123 = 240.002952 reserved: the 25th does not fit, and nothing of it is taken.
+	res := take(t, s, call(10_000_123))
+	if res.Outcome != Denied || res.Blocking != 2 || res.Wait != renew || res.Buckets[2].Remaining != 9_997_048 {
+		t.Fatalf("25th: %+v, want denied by the budget until the Paris month ends (%v)", res, renew)
+	}
+	if got := remaining(t, s, "p", tokens); got != 1_000_000-2400 {
+		t.Fatalf("tokens after the denial: %d", got)
+	}
+	// Settlement: one request cost 3.315 of its 10.000123, one 12.5 (more than reserved).
+	adjust(t, s, "p", Adjustment{Spec: budget, Delta: 10_000_123 - 3_315_000})
+	adjust(t, s, "p", Adjustment{Spec: budget, Delta: 10_000_123 - 12_500_000})
+	if got := remaining(t, s, "p", budget); got != 9_997_048+6_685_123-2_499_877 {
+		t.Fatalf("settled: remaining %d", got)
+	}
+	// Exactly what is left fits; a micro-unit more does not.
+	left := int64(9_997_048 + 6_685_123 - 2_499_877)
+	if res := take(t, s, req(with(budget, left+1))); res.Outcome != Denied {
+		t.Fatalf("a micro-unit above what is left: %+v", res)
+	}
+	check(t, "exactly what is left", take(t, s, req(with(budget, left))), allowed(State{Remaining: 0, Limit: 250_000_000, Reset: renew}))
+	// A failed call's refund gives everything back, never above the limit.
+	adjust(t, s, "p", Adjustment{Spec: budget, Delta: left})
+	if got := remaining(t, s, "p", budget); got != left {
+		t.Fatalf("refund: remaining %d, want %d", got, left)
+	}
+	// The largest budget, a million units, is exact to the micro-unit.
+	huge := quota("huge:$", MaxAmount, Month, MaxAmount-1)
+	huge.Zone = paris
+	take(t, s, req(huge))
+	if res := take(t, s, req(with(huge, 2))); res.Outcome != Denied {
+		t.Fatalf("2 micro-units above the largest budget: %+v", res)
+	}
+	check(t, "the last micro-unit", take(t, s, req(with(huge, 1))), allowed(State{Remaining: 0, Limit: MaxAmount, Reset: renew}))
+	// The Paris month ends: the budget is whole again.
+	clk.Set(time.Date(2026, 4, 1, 0, 0, 0, 0, paris))
+	if got := remaining(t, s, "p", budget); got != 250_000_000 {
+		t.Fatalf("a new month: remaining %d", got)
 	}
 }
 

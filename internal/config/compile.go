@@ -68,6 +68,8 @@ type Config struct {
 	// and SHA256 the hex SHA-256 of its bytes: the version in force. A reload of
 	// tenant_plans.file keeps both.
 	Source, SHA256 string
+	// Prices is the price table: the file's prices, then the default table's (PriceOf).
+	Prices []PriceEntry
 	// Hosts finds the provider the file declares (providers) for a request's host; never nil
 	// once compiled (it may hold no host).
 	Hosts *provider.Hosts
@@ -213,6 +215,9 @@ type Rule struct {
 	Refund bool
 	// FromPlan: the rule's limits are each tenant's plan's (limits_from: plan); Limits is empty.
 	FromPlan bool
+	// AlertAt is the part of the rule's money budget (its cost limit) whose crossing is counted
+	// and logged; 0 without a cost limit.
+	AlertAt float64
 }
 
 // DimLimit is one window of one dimension of a rule.
@@ -410,6 +415,7 @@ func (f *File) compile(dir string) (*Config, error) {
 	own := compileCredentials(&f.Credentials, bad)
 	c.Own = own
 	f.compileProviders(c, bad)
+	f.compilePrices(c, bad)
 	for i := range f.Accounting {
 		a, aerrs := compileAccounting(&f.Accounting[i], fmt.Sprintf("accounting[%d]", i), c)
 		errs = append(errs, aerrs...)
@@ -522,8 +528,11 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	default:
 		bad("limits_from", "%q is not plan", r.LimitsFrom)
 	}
-	if !tokenish && len(r.Requests) == 0 && r.MaxConcurrent == 0 {
-		bad("tokens", "a rule needs tokens, input_tokens, output_tokens, requests or max_concurrent")
+	if !tokenish && len(r.Requests) == 0 && r.MaxConcurrent == 0 && r.Cost == nil {
+		bad("tokens", "a rule needs tokens, input_tokens, output_tokens, requests, cost or max_concurrent")
+	}
+	if r.Cost != nil && out.FromPlan {
+		bad("cost", "a rule with limits_from: plan takes its limits from the plan: put the cost limit in a rule of its own")
 	}
 	ttl := time.Duration(r.LeaseTTL)
 	if ttl == 0 {
@@ -550,6 +559,14 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	lims, lerrs := compileLimits(dimsOf(&r.Tokens, &r.InputTokens, &r.OutputTokens, &r.Requests), key, r.Refund)
 	errs = append(errs, lerrs...)
 	out.Limits = lims
+	if r.Cost != nil {
+		l, alertAt, cerrs := compileCost(r.Cost, key, r.Match.Model, c)
+		errs = append(errs, cerrs...)
+		if l != nil {
+			out.Limits = append(out.Limits, DimLimit{Dim: provider.Cost, Limit: *l})
+			out.AlertAt = alertAt
+		}
+	}
 	if out.MaxWait > time.Minute {
 		bad("max_wait", "%v is above 1m (a held request must finish within Envoy's ext_authz timeout)", out.MaxWait)
 	}

@@ -56,6 +56,9 @@ type File struct {
 	// (OpenAI- and Anthropic-compatible APIs): their requests are theirs in rules, buckets,
 	// metrics and logs.
 	Providers []ProviderSpec `yaml:"providers"`
+	// Prices extend and override the default price table (internal/price): the first entry
+	// matching a request's provider and model applies, these before the defaults.
+	Prices []PriceSpec `yaml:"prices"`
 	// Unknown is what a request that is no known provider's API gets: allow (the rules that
 	// match it decide, its raw body priced as text), requests_only (only request limits count
 	// it) or deny (refused with a 403).
@@ -262,6 +265,9 @@ type RuleSpec struct {
 	OutputTokens Amounts `yaml:"output_tokens"`
 	// Requests limits the number of matching requests.
 	Requests Amounts `yaml:"requests"`
+	// Cost limits the money the matching requests spend, at the price table's prices: the most
+	// a request can cost is reserved at admission, its usage's cost settled from the response.
+	Cost *CostSpec `yaml:"cost"`
 	// MaxWait holds a request up to this long for the budget instead of denying it.
 	MaxWait Duration `yaml:"max_wait"`
 	// MaxConcurrent caps the matching requests in flight at once across every replica (one bucket

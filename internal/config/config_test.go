@@ -55,7 +55,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		`rules[2].requests.burst: applies to token_bucket only`,
 		`rules[2].max_wait: 2h0m0s is above 1m (a held request must finish within Envoy's ext_authz timeout)`,
 		`rules[3].tokens.period: "minute": a quota resets per calendar day or month`,
-		`rules[4].tokens: a rule needs tokens, input_tokens, output_tokens, requests or max_concurrent`,
+		`rules[4].tokens: a rule needs tokens, input_tokens, output_tokens, requests, cost or max_concurrent`,
 	}
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)

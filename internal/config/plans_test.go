@@ -119,7 +119,7 @@ rules:
 		`rules[0].limits_from: plan takes the limits from the tenant's plan: remove tokens, input_tokens, output_tokens and requests`,
 		`rules[1].limits_from: plan needs per: [tenant] (each tenant its own buckets, with its plan's limits)`,
 		`rules[2].limits_from: "plans" is not plan`,
-		`rules[2].tokens: a rule needs tokens, input_tokens, output_tokens, requests or max_concurrent`,
+		`rules[2].tokens: a rule needs tokens, input_tokens, output_tokens, requests, cost or max_concurrent`,
 	}
 	if diff := cmp.Diff(want, ce.Problems); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)

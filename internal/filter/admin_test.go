@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -45,7 +46,8 @@ func TestSelectMatchesExplain(t *testing.T) {
 		for _, s := range sel {
 			got = append(got, s.Spec)
 		}
-		if diff := cmp.Diff(want, got); diff != "" {
+		zones := cmp.Comparer(func(a, b *time.Location) bool { return a.String() == b.String() })
+		if diff := cmp.Diff(want, got, zones); diff != "" {
 			t.Errorf("%s: Select differs from Explain (-explain +select):\n%s", name, diff)
 		}
 		compared++

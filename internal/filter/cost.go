@@ -2,6 +2,7 @@ package filter
 
 import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/pricing"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
@@ -60,4 +61,18 @@ func charge(prof *provider.Profile, est *tokens.Estimate) costs {
 // charge): for internal/replay's simulation of a provider's own limits.
 func Charge(prof *provider.Profile, est *tokens.Estimate) [provider.Dimensions]int64 {
 	return charge(prof, est)
+}
+
+// maxSpend is the most a request priced est can cost at p, in micro-units: its whole prompt at
+// the dearest input price (a prompt may be written to the cache; admission cannot know that a
+// read would cost less) and its output maximum at the output price. A request that names no
+// output maximum may generate up to the model's context window, which is reserved when the
+// pricer knows it. Reserved at admission, this is what makes a money budget a bound: the
+// settled cost of a usage within the estimate is never above it (price.Price.Max).
+func maxSpend(p *price.Price, est *tokens.Estimate) int64 {
+	out := est.OutputTokens
+	if est.OutputUnset && est.Context > 0 {
+		out = max(out, est.Context)
+	}
+	return p.Max(est.PromptTokens, out)
 }

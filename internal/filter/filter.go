@@ -21,6 +21,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/promptcache"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
@@ -135,6 +136,8 @@ type Filter struct {
 	pricing atomic.Int64
 	// prompts remembers the prompt-cache prefixes admitted requests sent.
 	prompts *promptcache.Memory
+	// alerts remembers the money budgets whose alert_at this replica reported (spend.go).
+	alerts spendAlerts
 	// ridPrefix and ridSeq make reservation ids (with Options.Recorder): this process's random
 	// prefix and a counter.
 	ridPrefix string
@@ -332,6 +335,10 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (a *Answer, err er
 	}
 
 	pl := f.plan(p, r, &est)
+	if pl.unpriced != nil {
+		f.m.error(reasonUnpriced)
+		return f.finish(start, &est, pl, unpricedResponse(&est, pl)), nil
+	}
 	if len(pl.enforced.Buckets) == 0 && len(pl.shadow.Buckets) == 0 {
 		return f.finish(start, &est, pl, okResponse(nil, pl.metadata(&est, decisionUnlimited, 0))), nil
 	}
@@ -854,6 +861,9 @@ func (f *Filter) finish(start time.Time, est *tokens.Estimate, pl *plan, a *Answ
 		f.prompts.Sent(est, now)
 	}
 	f.m.decided(est, pl, dec, d)
+	if pl != nil && pl.price != nil && pl.debited && !pl.local {
+		f.crossed(pl, now)
+	}
 	if ce := f.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		fields := []zap.Field{
 			zap.String("decision", dec),
@@ -923,6 +933,13 @@ type Explanation struct {
 	Shadow []bool
 	// Tag is the Redis Cluster hash tag of the decision.
 	Tag string
+	// Spend is the most the request can cost, reserved in its money budgets, in micro-units of
+	// USD, and Price the model's price it was computed at; Priced is false when no cost limit
+	// applies. Unpriced names the cost rule that refuses the request for want of a price ("").
+	Spend    int64
+	Price    price.Price
+	Priced   bool
+	Unpriced string
 }
 
 // Explain prices req and lists the rules and buckets it would hit, without touching the store.
@@ -952,6 +969,12 @@ func (f *Filter) Explain(req *authv3.CheckRequest) (*Explanation, error) {
 	}
 	for _, rule := range pl.rules {
 		x.Rules = append(x.Rules, rule.Name)
+	}
+	if pl.price != nil {
+		x.Spend, x.Price, x.Priced = pl.cost[provider.Cost], *pl.price, true
+	}
+	if pl.unpriced != nil {
+		x.Unpriced = pl.unpriced.Name
 	}
 	for _, b := range pl.enforced.Buckets {
 		x.Buckets = append(x.Buckets, b)

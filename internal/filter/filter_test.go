@@ -178,6 +178,8 @@ func TestCheckGolden(t *testing.T) {
 		{"route_bad", nil, "route_bad", decisionBadRoute},
 		{"not_json", nil, "not_json", decisionTooLarge}, // UTF-16 garbage: the upper bound
 		{"models", nil, "models", decisionAllowed},      // an unpriced API: counted by request limits only
+		{"spend_allowed", nil, "chat_spend", decisionAllowed},
+		{"spend_spent", []string{"chat_spend"}, "chat_spend", decisionSpent}, // a money budget
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

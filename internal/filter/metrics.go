@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -29,6 +30,9 @@ const (
 	// reasonUnidentified is a request without its identity (a JWT claim, an API key) while
 	// tenant.missing is deny.
 	reasonUnidentified Reason = "unidentified"
+	// reasonUnpriced is a request under a cost limit whose model has no price: refused with a
+	// 403, never counted as free.
+	reasonUnpriced Reason = "unpriced"
 )
 
 func storeReason(ctx context.Context, err error) Reason {
@@ -56,6 +60,8 @@ type Metrics struct {
 	held          prometheus.Gauge
 	bounds        *prometheus.CounterVec
 	cacheReads    *prometheus.CounterVec
+	spend         *prometheus.CounterVec
+	spendAlerts   *prometheus.CounterVec
 	levels        *levels
 	models        labelCap
 }
@@ -66,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_decisions_total",
-			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route, bad_identity, unknown_denied), provider and model.",
+			Help: "Decisions by result (allowed, delayed, denied, too_large, shadow, unlimited, fail_open, local, unavailable, bad_route, bad_identity, unknown_denied, unidentified, spent, unpriced), provider and model.",
 		}, []string{"decision", "provider", "model"}),
 		ruleDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llm_ratelimit_rule_decisions_total",
@@ -107,10 +113,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "llm_ratelimit_cache_read_tokens_expected_total",
 			Help: "Prompt-cache reads expected at admission of the requests admitted, in tokens, by provider: not reserved where the provider does not count cache reads (settlement charges any that were written instead).",
 		}, []string{"provider"}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_spend_reserved_micros_total",
+			Help: "Money reserved in the cost limits of admitted requests (the most each can cost), in micro-units of USD, by rule. The response path's llm_ratelimit_spend_settled_micros_total is what they cost.",
+		}, []string{"rule"}),
+		spendAlerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llm_ratelimit_spend_threshold_crossed_total",
+			Help: "Money budgets (a cost limit's scope: a tenant, a team, a key) whose spend crossed the rule's alert_at part of the budget, once per period and scope, by rule.",
+		}, []string{"rule"}),
 		levels: newLevels(),
 		models: labelCap{max: 100},
 	}
-	reg.MustRegister(m.decisions, m.ruleDecisions, m.shadow, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads, m.levels)
+	reg.MustRegister(m.decisions, m.ruleDecisions, m.shadow, m.tokens, m.approximate, m.pricing, m.check, m.storeLatency, m.errors, m.held, m.bounds, m.cacheReads,
+		m.spend, m.spendAlerts, m.levels)
 	return m
 }
 
@@ -138,6 +153,13 @@ func (m *Metrics) decided(est *tokens.Estimate, pl *plan, decision string, d tim
 		m.tokens.WithLabelValues(provider, model).Add(float64(est.Cost()))
 		if est.CacheRead > 0 {
 			m.cacheReads.WithLabelValues(provider).Add(float64(est.CacheRead))
+		}
+		if pl.price != nil {
+			for i := range pl.owners {
+				if pl.owners[i].kind == reservation.KindCost && i < len(pl.enforced.Buckets) {
+					m.spend.WithLabelValues(pl.owners[i].rule.Name).Add(float64(pl.enforced.Buckets[i].Cost))
+				}
+			}
 		}
 	}
 	blocking := -1
@@ -199,6 +221,13 @@ func shadowOutcomeLabel(o bucket.Outcome) string {
 		return decisionTooLarge
 	}
 	return "unknown"
+}
+
+func (m *Metrics) spendCrossed(rule string) {
+	if m == nil {
+		return
+	}
+	m.spendAlerts.WithLabelValues(rule).Inc()
 }
 
 func (m *Metrics) store(op string, d time.Duration, err error) {

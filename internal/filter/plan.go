@@ -7,6 +7,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -83,6 +84,11 @@ type plan struct {
 	cost costs
 	// clock is the filter's (Options.Now), for the answers' reset instants.
 	clock func() time.Time
+	// price is the model's price when a cost limit applies (nil otherwise: the configuration's
+	// entry, immutable); unpriced is the first enforced rule with a cost limit that found no
+	// price for the model: the request is refused (unpricedResponse), never counted as free.
+	price    *price.Price
+	unpriced *config.Rule
 	// Room for the common plans (one rule of up to four buckets), so that building them
 	// allocates nothing but the plan itself.
 	bucketsBuf [4]bucket.Spec
@@ -172,6 +178,12 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 				if inPair != (pass == 0) {
 					continue
 				}
+				if l.Dim == provider.Cost && !pl.spend(cfg, prov, est) {
+					if target == &pl.enforced && pl.unpriced == nil {
+						pl.unpriced = rule
+					}
+					continue
+				}
 				kind := reservation.KindOf(l.Dim)
 				var s bucket.Spec
 				if inPair {
@@ -209,6 +221,21 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 	}
 	pl.shadow.MaxWait = 0
 	return pl
+}
+
+// spend prices the request in money once, for the first cost limit that applies: the most it
+// can cost (maxSpend) becomes its cost in the Cost dimension. It reports whether the model has
+// a price.
+func (pl *plan) spend(cfg *config.Config, prov string, est *tokens.Estimate) bool {
+	if pl.price == nil && pl.unpriced == nil {
+		p, ok := cfg.PriceOf(prov, est.Model)
+		if !ok {
+			return false
+		}
+		pl.price = p
+		pl.cost[provider.Cost] = maxSpend(p, est)
+	}
+	return pl.price != nil
 }
 
 // requestHost is the host name rules match (match.host): the authority without its port and

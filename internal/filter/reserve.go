@@ -65,6 +65,11 @@ func (pl *plan) reservation(est *tokens.Estimate, buf []reservation.Bucket) (r r
 			if d, ok := reservation.Dimension(o.kind); ok && tokenish {
 				b.Refund = o.rule.Refund || pl.prof.Settles.Has(d)
 			}
+			if o.kind == reservation.KindCost {
+				// Money settles to what the usage costs: the reservation is the most it could.
+				b.Refund = true
+				r.Price = pl.price
+			}
 		}
 	}
 	return r, true

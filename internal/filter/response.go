@@ -15,6 +15,8 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/authzwire"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -37,6 +39,11 @@ const (
 	decisionUnknown     = "unknown_denied" // no known provider's API under unknown: deny, 403
 	// decisionUnidentified: no identity (a claim, an API key) while tenant.missing is deny, 401.
 	decisionUnidentified = "unidentified"
+	// decisionSpent: a money budget (a cost limit) is spent until its period renews, 429 not
+	// to be retried.
+	decisionSpent = "spent"
+	// decisionUnpriced: a cost limit applies and the model has no price, 403.
+	decisionUnpriced = "unpriced"
 )
 
 // forwarded is true for the decisions that send the request on to the provider.
@@ -270,6 +277,9 @@ func withErrorHeader(hdrs []*corev3.HeaderValueOption, est *tokens.Estimate, c p
 // rateLimitedResponse is the 429 of a denial: Retry-After in whole seconds rounded up and in
 // milliseconds, the x-ratelimit headers, and a message naming the exhausted limit.
 func rateLimitedResponse(est *tokens.Estimate, pl *plan, res *bucket.Result, wait time.Duration) *Answer {
+	if i := res.Blocking; i >= 0 && i < len(pl.owners) && pl.owners[i].kind == reservation.KindCost {
+		return spentResponse(est, pl, res)
+	}
 	if pl.bare {
 		return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, nil, nil,
 			pl.metadata(est, decisionDenied, wait))
@@ -317,6 +327,11 @@ func tooLargeResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answe
 		l := o.lim
 		msg = fmt.Sprintf("Request too large for %s (%s %s): Limit %d, Requested %d. The request can never fit: reduce the prompt or max_tokens.",
 			o.rule.Name, kindName(o.kind), periodName(l), l.Capacity(), pl.enforced.Buckets[i].Cost)
+		if o.kind == reservation.KindCost {
+			msg = fmt.Sprintf("Request too large for %s (%s %s): Limit %s %s, the request may cost up to %s %s. The request can never fit: reduce the prompt or max_tokens.",
+				o.rule.Name, kindName(o.kind), periodName(l), price.FormatMoney(l.Capacity()), config.Currency,
+				price.FormatMoney(pl.enforced.Buckets[i].Cost), config.Currency)
+		}
 	}
 	hdrs := pl.headers(est, res, 2)
 	hdrs = withErrorHeader(append(hdrs, header("x-should-retry", "false")), est, provider.TooLarge)
@@ -403,6 +418,10 @@ func (m *metadata) append(b []byte) []byte {
 		cost = pl.cost[provider.Tokens] // as the provider's profile counts it (cost.go)
 	}
 	b = authzwire.AppendNumberField(b, "cost", float64(cost))
+	if pl != nil && pl.price != nil {
+		// The most the request can cost, reserved in its money budgets (micro-units of USD).
+		b = authzwire.AppendNumberField(b, "spend_reserved_micros", float64(pl.cost[provider.Cost]))
+	}
 	b = authzwire.AppendBoolField(b, reservation.MetadataExactKey, est.Exact)
 	if est.CacheRead > 0 {
 		b = authzwire.AppendNumberField(b, "cache_read_tokens", float64(est.CacheRead))

@@ -164,6 +164,9 @@ const (
 	OutputTokens
 	// Requests counts requests.
 	Requests
+	// Cost counts money, in micro-units of the limit's currency (internal/price): the most a
+	// request can cost at admission, its usage's cost at settlement.
+	Cost
 	// Dimensions is the number of dimensions.
 	Dimensions
 )
@@ -179,6 +182,8 @@ func (d Dimension) String() string {
 		return "output_tokens"
 	case Requests:
 		return "requests"
+	case Cost:
+		return "cost"
 	}
 	return "unknown"
 }
@@ -192,6 +197,8 @@ func (d Dimension) Words() string {
 		return "output tokens"
 	case Requests:
 		return "requests"
+	case Cost:
+		return "spend"
 	}
 	return "tokens"
 }
@@ -223,6 +230,9 @@ const (
 	Forbidden
 	// Unauthenticated: the request carries no identity the limiter can charge (401).
 	Unauthenticated
+	// QuotaExhausted: a money budget is spent until its period renews (429, not to be
+	// retried: the answer says x-should-retry: false).
+	QuotaExhausted
 )
 
 // Error is one error answer, before a dialect renders it.
@@ -247,6 +257,9 @@ type Usage struct {
 	// CacheRead and CacheWrite are the parts of Input read from and written to the provider's
 	// prompt cache, when it reports them (0 otherwise).
 	CacheRead, CacheWrite int64
+	// CacheWrite1h is the part of CacheWrite written for an hour rather than five minutes,
+	// which Anthropic bills at a higher price, when the provider reports it (0 otherwise).
+	CacheWrite1h int64
 	// Total is the provider's own total when it gives one (OpenAI), else 0.
 	Total int64
 }
@@ -277,6 +290,9 @@ func (u *Usage) Merge(r Usage) {
 	}
 	if r.CacheWrite > 0 {
 		u.CacheWrite = r.CacheWrite
+	}
+	if r.CacheWrite1h > 0 {
+		u.CacheWrite1h = r.CacheWrite1h
 	}
 }
 

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,7 @@ type Metrics struct {
 	corrections  *prometheus.CounterVec
 	errors       *prometheus.CounterVec
 	clamps       *prometheus.CounterVec
+	spend        *prometheus.CounterVec
 
 	mu     sync.Mutex
 	models map[string]struct{}
@@ -94,7 +96,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Responses whose reported usage was above its bound and was settled at the bound, by reason (over_reservation_factor, over_max_usage)."}, []string{"provider", "reason"}),
 		models: map[string]struct{}{},
 	}
-	reg.MustRegister(m.settledTotal, m.ratio, m.prompt, m.output, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps)
+	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_spend_settled_micros_total",
+		Help: "Money the settled responses cost, in micro-units of USD, by rule of the cost limit charged: the usage's cost at the admission's price; nothing for a failed call; the reservation when no usage was reported."}, []string{"rule"})
+	reg.MustRegister(m.settledTotal, m.ratio, m.prompt, m.output, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps, m.spend)
 	return m
 }
 
@@ -140,11 +144,31 @@ func (m *Metrics) usage(prov, model, exact string, prompt, output int64, u provi
 	}
 }
 
+// spent counts what a money budget of rule was left charged with by one settled response.
+func (m *Metrics) spent(rule string, micros int64) {
+	if m == nil || micros <= 0 {
+		return
+	}
+	m.spend.WithLabelValues(rule).Add(float64(micros))
+}
+
+// ruleOf is the rule a bucket belongs to: its name up to the first ':' (rule names have none; a
+// route's limit is "route").
+func ruleOf(name string) string {
+	if i := strings.IndexByte(name, ':'); i >= 0 {
+		return name[:i]
+	}
+	return name
+}
+
 func (m *Metrics) reconciled(prov string, refund, overage *dims) {
 	if m == nil {
 		return
 	}
 	for d := range provider.Dimension(provider.Dimensions) {
+		if d == provider.Cost {
+			continue // money, not tokens: the spend metrics count it
+		}
 		if refund[d] > 0 {
 			m.tokens.WithLabelValues(prov, "refund", d.String()).Add(float64(refund[d]))
 		}

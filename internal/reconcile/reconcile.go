@@ -549,13 +549,15 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			s.log.Warn("reconcile: reported usage above its bound, clamped",
 				zap.String("reason", why), zap.String("provider", provider),
 				zap.Int64("reported", actual.max()), zap.Int64("bound", b))
-			actual.clamp(b)
+			actual.clamp(b, r, u)
 		}
 	}
 	adj := make([]bucket.Adjustment, 0, len(r.Buckets))
 	// What this response gave back and charged in each dimension: the most of any one bucket
 	// (several rules' buckets of one dimension settle the same tokens).
 	var refund, overage dims
+	// charged is what each cost bucket is left charged with, once adjusted (nil without one).
+	var charged []int64
 	for _, b := range r.Buckets {
 		var d int64
 		dim, _ := reservation.Dimension(b.Kind)
@@ -565,6 +567,17 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 				adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: 1, Lease: r.Lease})
 			}
 			continue
+		case b.Kind == reservation.KindCost:
+			// Money settles to what the provider bills: the usage's cost at the admission's
+			// price, nothing for a failed call (the providers bill none), the reservation kept
+			// when no usage is found (a cut stream may have been billed).
+			switch {
+			case failed:
+				d = b.Spec.Cost
+			case found && r.Price != nil:
+				d = b.Spec.Cost - actual[dim]
+			}
+			charged = append(charged, b.Spec.Cost-d)
 		case !reservation.Tokenish(b.Kind), failed && !b.Refund:
 		case clientError:
 			d = b.Spec.Cost - st.set.kept(b.Spec.Cost)
@@ -613,6 +626,15 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 		s.record(st, u, found)
 	}
 	s.m.reconciled(provider, &refund, &overage)
+	if charged != nil {
+		i := 0
+		for _, b := range r.Buckets {
+			if b.Kind == reservation.KindCost {
+				s.m.spent(ruleOf(b.Spec.Name), charged[i])
+				i++
+			}
+		}
+	}
 	if found && !failed {
 		s.m.usage(provider, r.Model, st.exact, r.Prompt, r.Output, u)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
@@ -36,6 +37,9 @@ const (
 	KindOutput      = 'o' // weighted output tokens
 	KindRequests    = 'r'
 	KindConcurrency = 'c'
+	// KindCost counts money, in micro-units (a cost limit): reserved at the most the request
+	// can cost, settled to what its usage costs at Reservation.Price.
+	KindCost = '$'
 )
 
 // KindOf is the kind of a bucket of dimension d.
@@ -47,6 +51,8 @@ func KindOf(d provider.Dimension) byte {
 		return KindOutput
 	case provider.Requests:
 		return KindRequests
+	case provider.Cost:
+		return KindCost
 	}
 	return KindTokens
 }
@@ -62,6 +68,8 @@ func Dimension(k byte) (d provider.Dimension, ok bool) {
 		return provider.OutputTokens, true
 	case KindRequests:
 		return provider.Requests, true
+	case KindCost:
+		return provider.Cost, true
 	}
 	return 0, false
 }
@@ -98,18 +106,25 @@ type Reservation struct {
 	// CharsCounted: the tokens dimension was counted by the provider's character rule
 	// (provider.MaxOfChars), which admission applied exactly: no usage makes it an overage.
 	CharsCounted bool
-	Buckets      []Bucket
+	// Price is the model's price at admission, which settles its cost buckets (nil when it
+	// has none): a reload of the price table between a request and its response changes
+	// nothing of what it is charged.
+	Price   *price.Price
+	Buckets []Bucket
 }
 
 // version starts every encoding, so that a replica of another version can refuse it; Decode
 // reads the version before it too (r1: no profile word, an unweighted profile counting cache
 // reads).
-const version, version1 = "r2", "r1"
+const version, version1, version3 = "r2", "r1", "r3"
 
 // Encode renders r as one line of space-separated words:
 //
 //	r2 TAG LEASE PROMPT OUTPUT MODEL PROFILE {KIND ALG[SLOT][f][u] LIMIT PERIOD_MS BURST COST NAME}...
+//	r3 TAG LEASE PROMPT OUTPUT MODEL PROFILE PRICE {KIND ...}...
 //
+// r3, with PRICE, is written only when r has a Price (a cost limit applied): INPUT/CACHED/
+// WRITE/WRITE1H/OUTPUT/REQUEST in micro-units, so that a reservation without one reads as before.
 // where PROFILE is the output weight in decimal followed by c when cache reads are free and m
 // when the tokens were counted by characters, and
 // ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
@@ -125,7 +140,11 @@ func Encode(r *Reservation) string {
 
 // Append appends Encode's text of r to b.
 func Append(b []byte, r *Reservation) []byte {
-	b = append(b, version...)
+	if r.Price != nil {
+		b = append(b, version3...)
+	} else {
+		b = append(b, version...)
+	}
 	b = append(b, ' ')
 	b = escape(b, r.Tag)
 	b = append(b, ' ')
@@ -147,6 +166,16 @@ func Append(b []byte, r *Reservation) []byte {
 	}
 	if r.CharsCounted {
 		b = append(b, 'm')
+	}
+	if p := r.Price; p != nil {
+		for i, v := range [...]int64{p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h, p.Output, p.Request} {
+			if i == 0 {
+				b = append(b, ' ')
+			} else {
+				b = append(b, '/')
+			}
+			b = strconv.AppendInt(b, v, 10)
+		}
 	}
 	for i := range r.Buckets {
 		x := &r.Buckets[i]
@@ -196,15 +225,25 @@ func numErr(err error) error {
 func Decode(s string) (*Reservation, error) {
 	w := strings.Fields(s)
 	head := 7
-	if len(w) > 0 && w[0] == version1 {
+	var pr *price.Price
+	switch {
+	case len(w) > 0 && w[0] == version1:
 		head = 6
-	} else if len(w) < 7 || w[0] != version {
+	case len(w) >= 8 && w[0] == version3:
+		p, err := decodePrice(w[7])
+		if err != nil {
+			return nil, err
+		}
+		pr = p
+		// The price word read, the rest is r2's.
+		w = append(w[:7:7], w[8:]...)
+	case len(w) < 7 || w[0] != version:
 		return nil, fmt.Errorf("%w: want %s and 6 fields", ErrMalformed, version)
 	}
 	if len(w) < head || (len(w)-head)%7 != 0 {
 		return nil, fmt.Errorf("%w: %d words", ErrMalformed, len(w))
 	}
-	r := &Reservation{Weight: 1}
+	r := &Reservation{Weight: 1, Price: pr}
 	var err error
 	if r.Tag, err = unescape(w[1]); err != nil {
 		return nil, err
@@ -242,7 +281,7 @@ func Decode(s string) (*Reservation, error) {
 	for i := range n {
 		f := w[6+7*i : 13+7*i]
 		x := &r.Buckets[i]
-		if len(f[0]) != 1 || (!Tokenish(f[0][0]) && f[0][0] != KindRequests && f[0][0] != KindConcurrency) {
+		if len(f[0]) != 1 || (!Tokenish(f[0][0]) && f[0][0] != KindRequests && f[0][0] != KindConcurrency && f[0][0] != KindCost) {
 			return nil, fmt.Errorf("%w: bucket %d: unknown kind", ErrMalformed, i)
 		}
 		x.Kind = f[0][0]
@@ -283,6 +322,23 @@ func Decode(s string) (*Reservation, error) {
 		}
 	}
 	return r, nil
+}
+
+// decodePrice reads the PRICE word of r3.
+func decodePrice(s string) (*price.Price, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 6 {
+		return nil, fmt.Errorf("%w: price: want 6 prices", ErrMalformed)
+	}
+	var v [6]int64
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || n < 0 || n > bucket.MaxAmount {
+			return nil, fmt.Errorf("%w: price %d: not in [0, %d]", ErrMalformed, i, int64(bucket.MaxAmount))
+		}
+		v[i] = n
+	}
+	return &price.Price{Input: v[0], CachedInput: v[1], CacheWrite: v[2], CacheWrite1h: v[3], Output: v[4], Request: v[5]}, nil
 }
 
 func escape(b []byte, s string) []byte {

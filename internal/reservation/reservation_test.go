@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 )
 
 // zones compares time zones by name (a *time.Location has unexported fields).
@@ -48,6 +49,41 @@ func TestRoundTrip(t *testing.T) {
 	none := &Reservation{Tag: "", Weight: 1, Buckets: []Bucket{}}
 	if got, err := Decode(Encode(none)); err != nil || cmp.Diff(none, got) != "" {
 		t.Errorf("empty reservation: %+v, %v", got, err)
+	}
+}
+
+// A reservation with a price is r3, its price and cost buckets read back; one without stays r2.
+func TestRoundTripPrice(t *testing.T) {
+	t.Parallel()
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reservation{Tag: "anthropic", Model: "claude-sonnet-4-5", Prompt: 1000, Output: 500, Weight: 1, CacheReadsFree: true,
+		Price: &price.Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, Output: 15_000_000, Request: 7},
+		Buckets: []Bucket{
+			{Kind: KindCost, Refund: true, Spec: bucket.Spec{Name: "budget:$|t1:a", Algorithm: bucket.Quota, Calendar: bucket.Month, Zone: paris, Limit: 250_000_000, Cost: 11257}},
+			{Kind: KindRequests, Spec: bucket.Spec{Name: "r", Limit: 10, Period: time.Minute, Cost: 1}},
+		}}
+	s := Encode(r)
+	if !strings.HasPrefix(s, "r3 anthropic - 1000 500 claude-sonnet-4-5 1c 3000000/300000/3750000/6000000/15000000/7 $ ") {
+		t.Errorf("encoding %q", s)
+	}
+	got, err := Decode(s)
+	if err != nil {
+		t.Fatalf("Decode(%q): %v", s, err)
+	}
+	if diff := cmp.Diff(r, got, zones); diff != "" {
+		t.Errorf("round trip of %q (-want +got):\n%s", s, diff)
+	}
+	r.Price, r.Buckets = nil, r.Buckets[1:]
+	if s := Encode(r); !strings.HasPrefix(s, "r2 ") {
+		t.Errorf("without a price: %q", s)
+	}
+	for _, bad := range []string{"r3 openai - 1 2 m 1 1/2/3/4/5", "r3 openai - 1 2 m 1 1/2/3/4/5/x", "r3 openai - 1 2 m 1 -1/2/3/4/5/6", "r3 openai - 1 2 m 1"} {
+		if _, err := Decode(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Decode(%q): %v, want ErrMalformed", bad, err)
+		}
 	}
 }
 

@@ -213,7 +213,7 @@ func value(m *dto.Metric) float64 {
 // with a denial. Any other result (unavailable) is neither.
 var (
 	admitted = []string{"allowed", "delayed", "shadow", "unlimited", "fail_open", "local"}
-	denied   = []string{"denied", "too_large", "unknown_denied", "bad_route", "bad_identity"}
+	denied   = []string{"denied", "too_large", "unknown_denied", "bad_route", "bad_identity", "spent", "unpriced"}
 )
 
 // Rates are decisions per second between two samples.

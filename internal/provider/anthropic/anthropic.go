@@ -16,7 +16,9 @@ var _ provider.Dialect = Dialect{}
 // (https://docs.anthropic.com/en/api/errors).
 func errorType(c provider.Class) string {
 	switch c {
-	case provider.RateLimited:
+	case provider.RateLimited, provider.QuotaExhausted:
+		// A spent budget is a 429 too: its answer's x-should-retry: false keeps the SDK from
+		// retrying it.
 		return "rate_limit_error"
 	case provider.TooLarge:
 		return "request_too_large"

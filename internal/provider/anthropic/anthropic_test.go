@@ -51,6 +51,16 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%s: usage %+v (found %v), want %+v", name, got, ok, want)
 		}
 	}
+	// The cache writes split by lifetime: the 1-hour part, never above the writes.
+	for doc, want := range map[string]int64{
+		`{"usage":{"input_tokens":1,"cache_creation_input_tokens":800,"cache_creation":{"ephemeral_5m_input_tokens":600,"ephemeral_1h_input_tokens":200}}}`: 200,
+		`{"usage":{"input_tokens":1,"cache_creation_input_tokens":100,"cache_creation":{"ephemeral_1h_input_tokens":900}}}`:                                 100,
+		`{"usage":{"input_tokens":1,"cache_creation_input_tokens":100,"cache_creation":{"ephemeral_1h_input_tokens":-5}}}`:                                  0,
+	} {
+		if u, ok := (Dialect{}).Usage([]byte(doc)); !ok || u.CacheWrite1h != want {
+			t.Errorf("%s: 1-hour writes %d, want %d", doc, u.CacheWrite1h, want)
+		}
+	}
 }
 
 func TestBudget(t *testing.T) {

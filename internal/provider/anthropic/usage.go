@@ -19,6 +19,12 @@ type rawUsage struct {
 	PromptTokens        int64 `json:"prompt_tokens"`
 	CompletionTokens    int64 `json:"completion_tokens"`
 	TotalTokens         int64 `json:"total_tokens"`
+	// CacheCreation splits the cache writes by lifetime: "ephemeral_5m_input_tokens" and
+	// "ephemeral_1h_input_tokens", a 1-hour write costing twice the input price where a
+	// 5-minute one costs 1.25 times (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+	CacheCreation *struct {
+		Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
 }
 
 // envelope finds usage at the top level (a body, a stream's message_delta, the compatibility
@@ -48,14 +54,18 @@ func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
 	if r == nil {
 		return provider.Usage{}, false
 	}
-	return provider.Usage{
+	u := provider.Usage{
 		Input: provider.Count(r.PromptTokens) + provider.Count(r.InputTokens) +
 			provider.Count(r.CacheCreationTokens) + provider.Count(r.CacheReadTokens),
 		Output:     provider.Count(r.CompletionTokens) + provider.Count(r.OutputTokens),
 		CacheRead:  provider.Count(r.CacheReadTokens),
 		CacheWrite: provider.Count(r.CacheCreationTokens),
 		Total:      provider.Count(r.TotalTokens),
-	}, true
+	}
+	if r.CacheCreation != nil {
+		u.CacheWrite1h = min(provider.Count(r.CacheCreation.Ephemeral1h), u.CacheWrite)
+	}
+	return u, true
 }
 
 // Budgets reads OpenAI's x-ratelimit-* headers, for the compatibility endpoint, which speaks
@@ -95,7 +105,7 @@ func (Dialect) RateHeaders(api provider.API, d provider.Dimension) (provider.Rat
 	if api != provider.Messages {
 		return openai.Dialect{}.RateHeaders(api, d)
 	}
-	if int(d) >= len(rateHeaders) {
+	if int(d) >= len(rateHeaders) || rateHeaders[d].Limit == "" {
 		return provider.RateHeaders{}, false
 	}
 	return rateHeaders[d], true

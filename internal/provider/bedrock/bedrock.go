@@ -30,6 +30,9 @@ func errorType(c provider.Class) string {
 	switch c {
 	case provider.RateLimited:
 		return "ThrottlingException"
+	case provider.QuotaExhausted:
+		// Not among botocore's throttling codes: a spent budget is not retried as throttling.
+		return "ServiceQuotaExceededException"
 	case provider.TooLarge, provider.InvalidRequest:
 		return "ValidationException"
 	case provider.Unavailable:

@@ -23,7 +23,7 @@ var _ provider.Dialect = Dialect{}
 // limiter answers it with HTTP 413, and the body's code says the same.
 func status(c provider.Class) (code int, name string) {
 	switch c {
-	case provider.RateLimited:
+	case provider.RateLimited, provider.QuotaExhausted:
 		return 429, "RESOURCE_EXHAUSTED"
 	case provider.TooLarge:
 		return 413, "INVALID_ARGUMENT"
@@ -80,7 +80,7 @@ func (Dialect) AppendError(b []byte, api provider.API, e provider.Error) []byte 
 	var v errorBody
 	v.Error.Code, v.Error.Status = status(e.Class)
 	v.Error.Message = e.Message
-	if e.Class == provider.RateLimited {
+	if e.Class == provider.RateLimited || e.Class == provider.QuotaExhausted {
 		limit := e.Limit
 		if limit == "" {
 			limit = provider.Tokens.String()

@@ -23,6 +23,10 @@ func errorType(e provider.Error) string {
 		return "tokens"
 	case provider.TooLarge, provider.InvalidRequest, provider.Forbidden, provider.Unauthenticated:
 		return "invalid_request_error"
+	case provider.QuotaExhausted:
+		// OpenAI's answer when an account's credit is spent: a 429 of type and code
+		// insufficient_quota (https://platform.openai.com/docs/guides/error-codes).
+		return "insufficient_quota"
 	}
 	return "server_error"
 }

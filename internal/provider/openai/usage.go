@@ -10,13 +10,22 @@ import (
 // completion_tokens, total_tokens; https://platform.openai.com/docs/api-reference/chat/object)
 // and the Responses API (input_tokens, output_tokens, total_tokens;
 // https://platform.openai.com/docs/api-reference/responses/object). Cached prompt tokens are
-// part of prompt_tokens and input_tokens.
+// part of prompt_tokens and input_tokens, and counted apart in prompt_tokens_details and
+// input_tokens_details (cached_tokens), which a cost limit prices at the cached input price
+// (https://platform.openai.com/docs/guides/prompt-caching).
 type rawUsage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
-	InputTokens      int64 `json:"input_tokens"`
-	OutputTokens     int64 `json:"output_tokens"`
+	PromptTokens       int64         `json:"prompt_tokens"`
+	CompletionTokens   int64         `json:"completion_tokens"`
+	TotalTokens        int64         `json:"total_tokens"`
+	InputTokens        int64         `json:"input_tokens"`
+	OutputTokens       int64         `json:"output_tokens"`
+	PromptDetails      *tokenDetails `json:"prompt_tokens_details"`
+	InputTokensDetails *tokenDetails `json:"input_tokens_details"`
+}
+
+// tokenDetails is the part of a usage's prompt read from the prompt cache.
+type tokenDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 // envelope finds usage at the top level (a body, or a chat stream's last chunk, which needs
@@ -46,11 +55,18 @@ func (Dialect) Usage(doc []byte) (provider.Usage, bool) {
 	if r == nil {
 		return provider.Usage{}, false
 	}
-	return provider.Usage{
+	u := provider.Usage{
 		Input:  provider.Count(r.PromptTokens) + provider.Count(r.InputTokens),
 		Output: provider.Count(r.CompletionTokens) + provider.Count(r.OutputTokens),
 		Total:  provider.Count(r.TotalTokens),
-	}, true
+	}
+	for _, d := range [...]*tokenDetails{r.PromptDetails, r.InputTokensDetails} {
+		if d != nil {
+			u.CacheRead += provider.Count(d.CachedTokens)
+		}
+	}
+	u.CacheRead = min(u.CacheRead, u.Input)
+	return u, true
 }
 
 // Budgets reads x-ratelimit-{remaining,limit}-{tokens,requests}, which OpenAI and Azure OpenAI

@@ -1,0 +1,227 @@
+"""Money budgets end to end: the real Envoy, three ext-authz replicas on one Redis, the official
+SDKs in several OS processes, and a mock provider that bills every answer from its own price list
+(e2e/mockprovider/ledger.go: the providers' list prices, cited, never the limiter's table).
+
+One stack, three phases:
+
+1. Mixed models, streams and cached prompts under a budget they do not reach (gpt-4o through the
+   `openai` SDK; Claude Sonnet through the `anthropic` SDK, every other call on a cached
+   2,750-token system prefix, written once then read, every other call streamed): once every
+   response has settled, what each provider's budget holds as spent equals the mock's bill to the
+   micro-dollar, and so does the spend the replicas count.
+2. Saturation: three `openai` SDK processes call gpt-4o-mini far above a 0.02 USD budget, every
+   other call streamed. The mock's bill never exceeds the budget, the requests admitted before
+   the first refusal spent at least 95% of it, the budget holds what the mock billed, and the
+   three replicas together count its 80% threshold once.
+
+OpenAI's streams are not in phase 1's exact comparison: under load a few percent of them reach
+the response path without their final usage chunk (the SDK receives it; the settlement counts
+`no_usage` and keeps the reservation, on main as here), so their budgets keep the most each
+could cost. Phase 2's requests reserve exactly what they cost (max_tokens is the mock's
+completion), so its streams settle to the bill either way.
+3. The refusal as the SDKs see it: the `openai` SDK raises RateLimitError with code
+   insufficient_quota and the budget's message, the `anthropic` SDK RateLimitError with the
+   message, and neither retries (each call reaches the limiter once).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import anthropic
+import openai
+import pytest
+
+import clientnet
+import harness as h
+import scenarios as sc
+
+MINI_BUDGET = 20_000  # micro-dollars: 0.02 USD
+MIXED_BUDGET = 5_000_000  # 5 USD
+HAIKU_BUDGET = 2_000  # 0.002 USD
+TENANT = "127.0.0.1"  # the shipped envoy.yaml names the tenant by the client's address
+
+RULES = """  - name: mixed-budget
+    per: [tenant]
+    cost: {limit: 5, currency: USD, period: month, timezone: Europe/Paris}
+  - name: mini-budget
+    match: {model: "gpt-4o-mini*"}
+    per: [tenant]
+    cost: {limit: 0.02, currency: USD, period: month, timezone: Europe/Paris}
+  - name: haiku-budget
+    match: {model: "claude-haiku-4-5*"}
+    cost: {limit: 0.002, currency: USD, period: day}"""
+
+
+def _ledger(stack: h.Stack) -> dict:
+    return json.loads(h.http_get(stack.mock_url + "/ledger")[1])
+
+
+def _billed(ledger: dict, prefix: str) -> int:
+    return sum(a["micros"] for k, a in ledger["keys"].items() if k.startswith(prefix))
+
+
+def _spent(stack: h.Stack, provider: str, model: str, rule: str) -> int:
+    """What the limiter holds as spent in rule's budget for the tenant: limit less remaining,
+    read through the admin API (a peek that writes nothing)."""
+    code, body = h.http_get(f"http://127.0.0.1:{stack.ports['admin-0']}/v1/buckets?provider={provider}"
+                            f"&model={model}&tenant={TENANT}&rule={rule}")
+    assert code == 200, body
+    (b,) = [b for b in json.loads(body)["buckets"] if b["kind"] == "spend"]
+    return b["limit"] - b["remaining"]
+
+
+def _metric(stack: h.Stack, name: str, labels: str = "") -> float:
+    """The sum over every replica of a metric's samples whose labels contain `labels`."""
+    total = 0.0
+    for i in range(stack.replicas):
+        text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
+        for line in text.splitlines():
+            m = re.match(rf"^{name}(\{{[^}}]*\}})? (\S+)$", line)
+            if m and labels in (m.group(1) or ""):
+                total += float(m.group(2))
+    return total
+
+
+def _settled(stack: h.Stack) -> dict:
+    """Waits until the replicas settled as many responses as the mock answered (or 30 s), and
+    returns how they settled them (result -> count)."""
+    def results() -> dict:
+        out: dict = {}
+        for i in range(stack.replicas):
+            text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
+            for m in re.finditer(r'^llm_ratelimit_reconciled_responses_total\{provider="[^"]*",result="([^"]+)"\} (\S+)$', text, re.M):
+                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+        return out
+
+    answered = sum(p["admitted"] for p in stack.mock_stats()["providers"].values())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(v for k, v in results().items() if k != "no_reservation") < answered:
+        time.sleep(0.2)
+    r = results()
+    r["answered"] = answered
+    return r
+
+
+@pytest.fixture(scope="module")
+def cost(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("cost")
+    stack = h.Stack("cost", workdir / "cost", sc.limits_yaml(RULES, tenant="{source: header, header: x-tenant-id}"),
+                    ["-openai-tpm", "0", "-anthropic-itpm", "100000000", "-anthropic-otpm", "100000000",
+                     "-latency", "100ms", "-completion-tokens", "16"], replicas=3)
+    out: dict = {}
+    try:
+        stack.up()
+        # 1. Mixed models, streams, cached prompts: below the budget.
+        mixed = [{"provider": "openai", "model": "gpt-4o", "key": "sk-cost-openai-0", "threads": 3, "max_tokens": 64,
+                  "stream_every": 0, "ramp": 1},
+                 {"provider": "anthropic", "model": sc.ANTHROPIC_MODEL, "key": "sk-cost-anthropic-1", "threads": 3,
+                  "max_tokens": 64, "stream_every": 2, "cache_every": 2, "offset": 5, "ramp": 1}]
+        out["mixed_clients"] = sc.client_totals(sc.run_load(stack, "cost-mixed", 10.0, python=mixed, start_delay=6.0))
+        out["mixed_settled"] = _settled(stack)
+        ledger = _ledger(stack)
+        out["mixed"] = {
+            "openai_spent": _spent(stack, "openai", "gpt-4o", "mixed-budget"),
+            "openai_billed": _billed(ledger, "sk-cost-openai-"),
+            "anthropic_spent": _spent(stack, "anthropic", sc.ANTHROPIC_MODEL, "mixed-budget"),
+            "anthropic_billed": _billed(ledger, "sk-cost-anthropic-"),
+            "settled_metric": _metric(stack, "llm_ratelimit_spend_settled_micros_total", 'rule="mixed-budget"'),
+            "reserved_metric": _metric(stack, "llm_ratelimit_spend_reserved_micros_total", 'rule="mixed-budget"'),
+            "unpriced": sum(a["unpriced"] for a in ledger["keys"].values()),
+            "cache_reads": sum(1 for r in h.read_jsonl(stack.records_path) if r.get("cache_read")),
+            "cache_writes": sum(1 for r in h.read_jsonl(stack.records_path) if r.get("cache_write")),
+        }
+
+        # 2. Saturation: three processes far above the gpt-4o-mini budget. max_tokens is the
+        # mock's completion (16): each reservation is what the request will cost.
+        mini = [{"provider": "openai", "model": "gpt-4o-mini", "key": f"sk-cost-mini-{i}", "threads": 4, "max_tokens": 16,
+                 "stream_every": 2, "offset": 7 * i, "ramp": 1} for i in range(3)]
+        out["mini_clients"] = sc.client_totals(sc.run_load(stack, "cost-mini", 20.0, python=mini, start_delay=6.0))
+        out["mini_settled"] = _settled(stack)
+        recs = {r["request_id"]: r for r in h.read_jsonl(stack.records_path) if r.get("request_id")}
+        log = [e for e in sc.access_log(stack) if sc.meta(e, "model") == "gpt-4o-mini"]
+        refusals = sorted(sc.iso_time(e["time"]) for e in log if sc.meta(e, "decision") == "spent")
+        first = refusals[0] if refusals else float("inf")
+        before = sum(recs[e["request_id"]].get("micros", 0) for e in log
+                     if sc.meta(e, "decision") == "allowed" and sc.iso_time(e["time"]) < first and e["request_id"] in recs)
+        ledger = _ledger(stack)
+        out["mini"] = {
+            "billed": _billed(ledger, "sk-cost-mini-"),
+            "spent": _spent(stack, "openai", "gpt-4o-mini", "mini-budget"),
+            "refusals": len(refusals),
+            "billed_before_first_refusal": before,
+            "openai_spent_all": _spent(stack, "openai", "gpt-4o", "mixed-budget"),
+            "openai_billed_all": _billed(ledger, "sk-cost-openai-") + _billed(ledger, "sk-cost-mini-"),
+            # Counted by the replica whose take crossed 80% of the budget, by no other.
+            "threshold_crossings": _metric(stack, "llm_ratelimit_spend_threshold_crossed_total", 'rule="mini-budget"'),
+        }
+
+        # 3. The SDKs meet a spent budget.
+        spent0 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        oa = openai.OpenAI(api_key="sk-cost-sdk", base_url="http://api.openai.com/v1", max_retries=2, timeout=30.0,
+                           http_client=openai.DefaultHttpx2Client(transport=clientnet.transport(stack.proxy, None)))
+        try:
+            oa.chat.completions.create(model="gpt-4o-mini", max_tokens=100, messages=[{"role": "user", "content": "Hello"}])
+            out["openai_sdk"] = {"raised": None}
+        except openai.RateLimitError as e:
+            out["openai_sdk"] = {"raised": type(e).__name__, "code": e.code, "message": e.message}
+        spent1 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        an = anthropic.Anthropic(api_key="sk-cost-sdk", base_url="http://api.anthropic.com", max_retries=2, timeout=30.0,
+                                 http_client=anthropic.DefaultHttpxClient(proxy=stack.proxy, trust_env=False, verify=False))
+        # Reserves about 0.00193 of the 0.002 budget and costs about 0.0001: the next one cannot fit.
+        haiku = {"model": "claude-haiku-4-5", "max_tokens": 380, "messages": [{"role": "user", "content": "Hello"}]}
+        an.messages.create(**haiku)
+        spent2 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        try:
+            an.messages.create(**haiku)
+            out["anthropic_sdk"] = {"raised": None}
+        except anthropic.RateLimitError as e:
+            out["anthropic_sdk"] = {"raised": type(e).__name__, "message": str(e)}
+        spent3 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        out["sdk_refusals_seen"] = {"openai": spent1 - spent0, "anthropic": spent3 - spent2}
+    finally:
+        stack.down()
+    (h.E2E / "report").mkdir(exist_ok=True)
+    (h.E2E / "report" / "cost.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+def test_mixed_settled_cost_equals_the_bill(cost):
+    m = cost["mixed"]
+    c = cost["mixed_clients"]
+    # Every answer settled from its usage: nothing kept for want of one.
+    assert cost["mixed_settled"].get("usage") == cost["mixed_settled"]["answered"], cost["mixed_settled"]
+    assert c["ok"] > 20 and c["errors"] == 0 and c["rate_limited"] == 0, c
+    assert c["streamed"] > 0 and c["stream_usage"] == c["streamed"], c
+    assert m["cache_writes"] >= 1 and m["cache_reads"] >= 1, m
+    assert m["unpriced"] == 0, m
+    assert m["openai_billed"] > 0 and m["anthropic_billed"] > 0, m
+    assert m["openai_spent"] == m["openai_billed"], m
+    assert m["anthropic_spent"] == m["anthropic_billed"], m
+    assert m["settled_metric"] == m["openai_billed"] + m["anthropic_billed"], m
+    # Reserved at the most each could cost: never below what they cost.
+    assert m["reserved_metric"] >= m["settled_metric"], m
+
+
+def test_budget_never_exceeded_and_spent_before_refusal(cost):
+    m = cost["mini"]
+    c = cost["mini_clients"]
+    assert m["refusals"] > 0 and c["rate_limited"] > 0, (m, c)
+    assert c["errors"] == 0, c
+    assert m["billed"] <= MINI_BUDGET, m
+    assert m["spent"] == m["billed"], m
+    assert m["billed_before_first_refusal"] >= 0.95 * MINI_BUDGET, m
+    assert m["openai_spent_all"] == m["openai_billed_all"], m
+    # Its reservations are its costs, so its spend crossed 80% once, in one replica's take.
+    assert m["threshold_crossings"] == 1, m
+
+
+def test_sdks_raise_the_budget_error_without_retrying(cost):
+    o, a = cost["openai_sdk"], cost["anthropic_sdk"]
+    assert o["raised"] == "RateLimitError" and o["code"] == "insufficient_quota", o
+    assert "Budget mini-budget is spent" in o["message"] and "renews at" in o["message"], o
+    assert a["raised"] == "RateLimitError", a
+    assert "Budget haiku-budget is spent" in a["message"] and "renews at" in a["message"], a
+    assert cost["sdk_refusals_seen"] == {"openai": 1, "anthropic": 1}, cost["sdk_refusals_seen"]

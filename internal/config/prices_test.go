@@ -1,0 +1,140 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+)
+
+// Every default price compiles, cites its source and date, and is found by its models.
+func TestDefaultPrices(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("rules: [{name: r, requests: {limit: 1, period: minute}}]"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := defaultPrices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Prices) != len(specs) || len(specs) < 15 {
+		t.Fatalf("%d compiled prices for %d default entries", len(c.Prices), len(specs))
+	}
+	for _, e := range c.Prices {
+		if !e.Default || !strings.HasPrefix(e.Source, "https://") || e.Date == "" {
+			t.Errorf("%s %s: source %q date %q", e.Provider, e.Model, e.Source, e.Date)
+		}
+	}
+	for _, tc := range []struct {
+		provider, model string
+		want            price.Price
+	}{
+		{"openai", "gpt-4o-mini-2024-07-18", price.Price{Input: 150_000, CachedInput: 75_000, CacheWrite: 150_000, CacheWrite1h: 150_000, Output: 600_000}},
+		{"openai", "gpt-4o", price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, CacheWrite1h: 2_500_000, Output: 10_000_000}},
+		{"anthropic", "claude-sonnet-4-5", price.Price{Input: 3_000_000, CachedInput: 300_000, CacheWrite: 3_750_000, CacheWrite1h: 6_000_000, Output: 15_000_000}},
+		{"anthropic", "claude-opus-4-1-20250805", price.Price{Input: 15_000_000, CachedInput: 1_500_000, CacheWrite: 18_750_000, CacheWrite1h: 30_000_000, Output: 75_000_000}},
+		{"anthropic", "claude-opus-4-5", price.Price{Input: 5_000_000, CachedInput: 500_000, CacheWrite: 6_250_000, CacheWrite1h: 10_000_000, Output: 25_000_000}},
+		{"gemini", "gemini-2.5-flash", price.Price{Input: 300_000, CachedInput: 30_000, CacheWrite: 300_000, CacheWrite1h: 300_000, Output: 2_500_000}},
+	} {
+		got, ok := c.PriceOf(tc.provider, tc.model)
+		if !ok || *got != tc.want {
+			t.Errorf("PriceOf(%s, %s) = %+v, %v; want %+v", tc.provider, tc.model, got, ok, tc.want)
+		}
+	}
+	if _, ok := c.PriceOf("openai", "some-unlisted-model"); ok {
+		t.Error("an unlisted model has a price")
+	}
+	if _, ok := c.PriceOf("azure", "gpt-4o"); ok {
+		t.Error("the default table prices Azure")
+	}
+}
+
+// A file's prices come before the defaults; unset cache prices are the input price.
+func TestFilePricesOverride(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(`
+prices:
+  - {provider: openai, model: "gpt-4o", input: 2, output: 8, request: 0.001, source: contract, date: 2026-11-01}
+  - {model: "ft:*", input: "3.000001", output: 12}
+rules:
+  - name: budget
+    per: [tenant]
+    cost: {limit: 250, currency: USD, period: month, timezone: Europe/Paris}
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.PriceOf("openai", "gpt-4o")
+	if want := (price.Price{Input: 2_000_000, CachedInput: 2_000_000, CacheWrite: 2_000_000, CacheWrite1h: 2_000_000, Output: 8_000_000, Request: 1000}); *got != want {
+		t.Errorf("override: %+v, want %+v", *got, want)
+	}
+	if got, _ := c.PriceOf("azure", "ft:mine"); got.Input != 3_000_001 {
+		t.Errorf("ft: %+v", got)
+	}
+	if got, _ := c.PriceOf("openai", "gpt-4o-2024-08-06"); got.Input != 2_500_000 {
+		t.Errorf("the default still applies to other models: %+v", got)
+	}
+	l := c.Rules[0].Limit(provider.Cost)
+	if l == nil || l.Algorithm != bucket.Quota || l.Limit != 250_000_000 || l.Calendar != bucket.Month || l.Zone == nil || l.Zone.String() != "Europe/Paris" {
+		t.Fatalf("cost limit %+v", l)
+	}
+	paris, _ := time.LoadLocation("Europe/Paris")
+	if l.Zone.String() != paris.String() {
+		t.Error("zone")
+	}
+}
+
+// Every problem of prices and cost limits is reported at once, with its key.
+func TestCostProblems(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte(`
+prices:
+  - {model: a, input: 1.5e3, output: -1}
+  - {model: b, input: "0.0000001"}
+  - {model: c, input: 1, output: 1, date: yesterday}
+rules:
+  - {name: a, cost: {limit: 0, currency: USD, period: month}}
+  - {name: b, cost: {limit: 10.5, currency: EUR, period: week, timezone: Mars/Olympus}}
+  - {name: c, match: {model: unlisted-model}, cost: {limit: 1, currency: USD, period: day}}
+  - {name: d, per: [tenant], limits_from: plan, cost: {limit: 1, currency: USD, period: day}}
+  - {name: e, cost: {currency: USD, period: day}}
+  - {name: f, cost: {limit: 1000000.01, currency: USD, period: day, alert_at: 1.5}}
+plans: {free: {tokens: {limit: 1, period: minute}}}
+tenant_plans: {default: free}
+`), "t.yaml")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`prices[0].input: "1.5e3" is not an amount`,
+		`prices[0].output: "-1" is not an amount`,
+		`prices[1].input: "0.0000001" is not an amount`,
+		`prices[1].output: required`,
+		`prices[2].date: "yesterday" is not a date`,
+		`rules[0].cost.limit: must be above zero`,
+		`rules[1].cost.currency: "EUR": the price table is in USD`,
+		`rules[1].cost.period: "week" is not day or month`,
+		`rules[1].cost.timezone: "Mars/Olympus" is not an IANA time zone`,
+		`rules[2].cost.limit: no price for model "unlisted-model"`,
+		`rules[3].cost: a rule with limits_from: plan`,
+		`rules[4].cost.limit: required`,
+		`rules[5].cost.limit: "1000000.01" is above 1000000.00`,
+		`rules[5].cost.alert_at: 1.5 is not in (0, 1]`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+// The price package saturates at the store's largest amount.
+func TestPriceMaxIsStoreMax(t *testing.T) {
+	t.Parallel()
+	if price.MaxAmount != bucket.MaxAmount {
+		t.Fatalf("price.MaxAmount %d != bucket.MaxAmount %d", int64(price.MaxAmount), int64(bucket.MaxAmount))
+	}
+}
