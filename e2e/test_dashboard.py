@@ -44,7 +44,10 @@ RULES = """  - name: openai-per-model
   - name: trial
     match: {model: "gpt-4o*"}
     tokens: {limit: 8000, period: minute}
-    shadow: true"""
+    shadow: true
+  - name: openai-spend
+    match: {provider: openai}
+    cost: {limit: 1000, currency: USD, period: month}"""
 
 
 def _prometheus(stack: h.Stack) -> tuple[h.Proc, str]:
@@ -128,6 +131,7 @@ def test_dashboard_and_top_on_a_real_run(tmp_path):
               for _, v in s["points"]]
     assert levels and min(levels) < 0.2, levels
     assert "usage" in names("Settlement results"), names("Settlement results")
+    assert any("openai-spend" in n for n in names("Spend per rule")), names("Spend per rule")
 
     # top, under the load: the openai bucket below capacity, denials per second above zero.
     for model in (sc.OPENAI_MODEL, OTHER_MODEL):

@@ -82,7 +82,7 @@ func Render(s Snapshot, v View, width int) string {
 			kind += " (shadow)"
 		}
 		cells[i] = []string{r.Rule, r.Tenant, r.Model, kind, "", strconv.Itoa(int(r.Fill()*100+0.5)) + "%",
-			fmt.Sprintf("%d/%d", r.Remaining, r.Capacity), strconv.FormatInt(r.Limit, 10), r.Period,
+			amount(r, r.Remaining) + "/" + amount(r, r.Capacity), amount(r, r.Limit), r.Period,
 			fullIn(r), strconv.FormatInt(r.Leases, 10)}
 	}
 	widths := make([]int, len(head))
@@ -126,6 +126,22 @@ func Render(s Snapshot, v View, width int) string {
 		b.WriteString("(no buckets)\n")
 	}
 	return b.String()
+}
+
+// Spend is the kind of a money budget, whose amounts the admin API gives in micro-units of USD.
+const Spend = "spend"
+
+// amount is v, one of b's amounts, as the frame shows it: a count, or dollars and cents for a
+// money budget.
+func amount(b Bucket, v int64) string {
+	if b.Kind != Spend {
+		return strconv.FormatInt(v, 10)
+	}
+	sign := ""
+	if v < 0 {
+		sign, v = "-", -v
+	}
+	return fmt.Sprintf("%s$%d.%02d", sign, v/1_000_000, v%1_000_000/10_000)
 }
 
 // levelCol is the column of the level bar.

@@ -21,6 +21,7 @@ func fixture() Snapshot {
 			{Tenant: "team-a", Model: AllModels, Rule: "per-tenant", Kind: "concurrent requests", Per: []string{"tenant"}, Algorithm: "concurrency", Limit: 3, Capacity: 3, Period: "in flight", Remaining: 1, ResetMS: 600000, Leases: 2},
 			{Tenant: AllTenants, Model: "gpt-4o", Rule: "openai-per-model", Kind: "requests", Per: []string{"model"}, Limit: 500, Capacity: 500, Period: "per minute", Remaining: 0, ResetMS: 120},
 			{Tenant: AllTenants, Model: "gpt-4o-mini", Rule: "openai-per-model", Kind: "requests", Per: []string{"model"}, Limit: 500, Capacity: 500, Period: "per minute", Remaining: 450, ResetMS: 6000},
+			{Tenant: "team-a", Model: AllModels, Rule: "budget", Kind: Spend, Per: []string{"tenant"}, Limit: 250_000_000, Capacity: 250_000_000, Period: "per month (UTC)", Remaining: 61_234_567, ResetMS: 86400000},
 			{Tenant: "team-b", Model: AllModels, Rule: "audit", Kind: "tokens", Shadow: true, Per: []string{"tenant"}, Limit: 1000, Capacity: 1000, Period: "per day", Remaining: 900, ResetMS: 5400000},
 		},
 		Rates:        Rates{Known: true, Admitted: 12.5, Denied: 3},
