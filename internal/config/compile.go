@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 	TenantHeader string
 	// FailureMode is failure.mode.
 	FailureMode FailureMode
+	// Learn is pricing.learn as internal/learn's policy; LearnEnabled is pricing.learn.enabled.
+	Learn        learn.Policy
+	LearnEnabled bool
 	// RefuseUnreadable: pricing.unreadable.policy is refuse (else bound).
 	RefuseUnreadable bool
 	// Accounting are the accounting overrides, in file order (Apply).
@@ -364,6 +368,15 @@ func (f *File) compile(dir string) (*Config, error) {
 	}
 	if f.Pricing.UnseenContextTokens < 0 || f.Pricing.UnseenContextTokens > maxLimit {
 		bad("pricing.unseen_context_tokens", "%d is out of range", f.Pricing.UnseenContextTokens)
+	}
+	l := &f.Pricing.Learn
+	c.LearnEnabled = l.Enabled
+	c.Learn = learn.Policy{Quantile: l.Quantile, MinSamples: l.MinSamples, Min: l.MinFactor, Max: l.MaxFactor,
+		HalfLife: time.Duration(l.HalfLife)}
+	if err := c.Learn.Validate(); err != nil {
+		for _, e := range strings.Split(err.Error(), "\n") { // errors.Join's: one problem a line
+			bad("pricing.learn", "%s", e)
+		}
 	}
 	switch f.Pricing.FallbackEncoding {
 	case "o200k_base", "cl100k_base":

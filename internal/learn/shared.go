@@ -34,7 +34,7 @@ type SharedOptions struct {
 // statically until a Sync succeeds. Safe for concurrent use.
 type Shared struct {
 	store Store
-	pol   Policy
+	pol   atomic.Pointer[Policy]
 	max   int
 	now   func() time.Time
 
@@ -53,15 +53,19 @@ func NewShared(store Store, opts SharedOptions) *Shared {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Shared{store: store, pol: opts.Policy, max: opts.MaxKeys, now: opts.Now,
+	s := &Shared{store: store, max: opts.MaxKeys, now: opts.Now,
 		known: make(map[Key]struct{}), pending: make(map[Key]*Dist)}
+	s.SetPolicy(opts.Policy)
 	empty := map[Key]Learned{}
 	s.snap.Store(&empty)
 	return s
 }
 
 // Policy is the policy s prices with.
-func (s *Shared) Policy() Policy { return s.pol }
+func (s *Shared) Policy() Policy { return *s.pol.Load() }
+
+// SetPolicy replaces the policy (a reloaded configuration's, valid); the next Sync prices with it.
+func (s *Shared) SetPolicy(p Policy) { s.pol.Store(&p) }
 
 // Factor is the learned figure of k as of the last Sync. A key never seen is remembered (up to
 // MaxKeys) so that the next Sync reads it: the distribution another replica learned serves this
@@ -103,7 +107,7 @@ func (s *Shared) Observe(k Key, actual, estimate int64) {
 		d = &Dist{}
 		s.pending[k] = d
 	}
-	d.Add(float64(actual)/float64(estimate), now, s.pol.HalfLife)
+	d.Add(float64(actual)/float64(estimate), now, s.pol.Load().HalfLife)
 	s.mu.Unlock()
 }
 
@@ -122,7 +126,8 @@ func (s *Shared) Sync(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	s.mu.Unlock()
-	if err := s.store.Add(ctx, deltas, s.pol.HalfLife); err != nil {
+	pol := s.pol.Load()
+	if err := s.store.Add(ctx, deltas, pol.HalfLife); err != nil {
 		s.fallBack()
 		return err
 	}
@@ -135,9 +140,9 @@ func (s *Shared) Sync(ctx context.Context) error {
 	next := make(map[Key]Learned, len(keys))
 	for i, k := range keys {
 		d := &dists[i]
-		f, ok := s.pol.Factor(d, now)
-		d.Decay(now, s.pol.HalfLife)
-		next[k] = Learned{Factor: f, Learned: ok, Samples: d.Samples(), Quantile: d.Quantile(s.pol.Quantile)}
+		f, ok := pol.Factor(d, now)
+		d.Decay(now, pol.HalfLife)
+		next[k] = Learned{Factor: f, Learned: ok, Samples: d.Samples(), Quantile: d.Quantile(pol.Quantile)}
 	}
 	s.snap.Store(&next)
 	return nil

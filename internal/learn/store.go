@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,7 +113,7 @@ type Redis struct {
 // NewRedis returns a store on client under prefix (as the bucket store's: bucket.RedisOptions)
 // whose keys expire ttl after their last write. The client is the caller's to close.
 func NewRedis(client redis.UniversalClient, prefix string, ttl time.Duration) *Redis {
-	return &Redis{client: client, prefix: prefix, ttl: ttl}
+	return &Redis{client: client, prefix: strings.NewReplacer("{", "%7B", "}", "%7D").Replace(prefix), ttl: ttl}
 }
 
 // RedisKey is the key of k under prefix.
