@@ -9,6 +9,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 )
 
 // Config is a validated configuration with its derived values precomputed. It is immutable and
@@ -217,6 +218,9 @@ type Rule struct {
 	Refund bool
 	// FromPlan: the rule's limits are each tenant's plan's (limits_from: plan); Limits is empty.
 	FromPlan bool
+	// LearnedOutput: the rule's token buckets reserve the learned output (reserve_output:
+	// learned) instead of max_tokens.
+	LearnedOutput bool
 }
 
 // DimLimit is one window of one dimension of a rule.
@@ -559,6 +563,22 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	}
 	if r.Refund && !tokenish {
 		bad("refund", "needs tokens, input_tokens or output_tokens: refunds give tokens back")
+	}
+	switch r.ReserveOutput {
+	case "", "max_tokens":
+	case "learned":
+		out.LearnedOutput = true
+		if len(r.Tokens)+len(r.OutputTokens) == 0 && !out.FromPlan {
+			bad("reserve_output", "learned needs tokens or output_tokens: the output is reserved there")
+		}
+		if r.ProviderFeedback {
+			if id := provider.Parse(r.Match.Provider); id == provider.Unknown ||
+				!dialects.Of(id).Profile(id, r.Match.Model).OutputAsGenerated {
+				bad("reserve_output", "learned on a provider_feedback rule of %q: the provider counts the request's max_tokens against its own limits at admission, so a smaller reservation would admit what it refuses (learned is for the operator's own budgets, and for providers that count output as generated: gemini)", r.Match.Provider)
+			}
+		}
+	default:
+		bad("reserve_output", "%q is not max_tokens or learned", r.ReserveOutput)
 	}
 	lims, lerrs := compileLimits(dimsOf(&r.Tokens, &r.InputTokens, &r.OutputTokens, &r.Requests), key, r.Refund)
 	errs = append(errs, lerrs...)

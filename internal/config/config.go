@@ -285,6 +285,13 @@ type RuleSpec struct {
 	OutputTokens Amounts `yaml:"output_tokens"`
 	// Requests limits the number of matching requests.
 	Requests Amounts `yaml:"requests"`
+	// ReserveOutput is what the rule's tokens and output_tokens buckets reserve for output:
+	// max_tokens (the default: the request's maximum, else the configured default) or learned
+	// (a high quantile of the completions observed of the model, never above the request's
+	// maximum; settled to the actual output). learned is refused where the provider counts the
+	// output maximum itself at admission (a provider_feedback rule of OpenAI, Azure, Anthropic,
+	// Bedrock).
+	ReserveOutput string `yaml:"reserve_output"`
 	// MaxWait holds a request up to this long for the budget instead of denying it.
 	MaxWait Duration `yaml:"max_wait"`
 	// MaxConcurrent caps the matching requests in flight at once across every replica (one bucket

@@ -540,3 +540,34 @@ func TestLearn(t *testing.T) {
 		}
 	}
 }
+
+// reserve_output: learned is for the operator's own budgets and for providers that count output
+// as generated; a rule mirroring a provider that counts max_tokens at admission is refused.
+func TestReserveOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		rule string
+		want string // "" valid; else a substring of the error
+	}{
+		{"{name: t, match: {provider: openai}, per: [tenant], tokens: {limit: 1000, period: minute}, reserve_output: learned}", ""},
+		{"{name: t, match: {provider: anthropic}, per: [tenant], output_tokens: {limit: 1000, period: minute}, reserve_output: learned}", ""},
+		{"{name: t, match: {provider: gemini}, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", ""},
+		{"{name: t, match: {provider: openai}, per: [model], tokens: {limit: 1000, period: minute}, reserve_output: max_tokens}", ""},
+		{"{name: t, match: {provider: openai}, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", `learned on a provider_feedback rule of "openai"`},
+		{"{name: t, match: {provider: anthropic}, per: [model], provider_feedback: true, output_tokens: {limit: 1000, period: minute}, reserve_output: learned}", `rule of "anthropic"`},
+		{"{name: t, match: {provider: vertex, model: claude-*}, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", `rule of "vertex"`},
+		{"{name: t, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", `rule of ""`},
+		{"{name: t, match: {provider: openai}, per: [tenant], input_tokens: {limit: 1000, period: minute}, reserve_output: learned}", "learned needs tokens or output_tokens"},
+		{"{name: t, match: {provider: openai}, per: [tenant], tokens: {limit: 1000, period: minute}, reserve_output: guess}", `"guess" is not max_tokens or learned`},
+	} {
+		c, err := Parse([]byte("credentials: {injected: true}\nrules:\n  - "+tc.rule+"\n"), t.Name())
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.rule, err)
+		case tc.want == "" && !c.Rules[0].LearnedOutput && strings.Contains(tc.rule, "learned"):
+			t.Errorf("%s: LearnedOutput false", tc.rule)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.rule, err, tc.want)
+		}
+	}
+}

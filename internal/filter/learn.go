@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
@@ -20,12 +21,18 @@ const maxLearnedModel = 64
 // on, a Learner is set, and the prompt is an estimate whose reason learns
 // (pricing.Reason.Learnable) of a model with a short, printable name.
 func (f *Filter) learnable(p *Policy, est *tokens.Estimate) bool {
-	if f.opts.Learner == nil || !p.Config.LearnEnabled || est.Exact || !est.Reason.Learnable() ||
-		est.PromptTokens <= 0 || len(est.Model) > maxLearnedModel {
+	return f.opts.Learner != nil && p.Config.LearnEnabled && !est.Exact && est.Reason.Learnable() &&
+		est.PromptTokens > 0 && learnableModel(est.Model)
+}
+
+// learnableModel reports whether a model's figures may be learned: a short, printable name
+// (maxLearnedModel).
+func learnableModel(m string) bool {
+	if len(m) > maxLearnedModel {
 		return false
 	}
-	for i := 0; i < len(est.Model); i++ {
-		if est.Model[i] < 0x20 || est.Model[i] > 0x7e {
+	for i := 0; i < len(m); i++ {
+		if m[i] < 0x20 || m[i] > 0x7e {
 			return false
 		}
 	}
@@ -50,4 +57,33 @@ func (f *Filter) learn(p *Policy, est *tokens.Estimate) {
 	for i := range min(est.NCache, len(est.CachePoints)) {
 		est.CachePoints[i].Tokens = learn.Price(est.CachePoints[i].Tokens, l.Factor)
 	}
+}
+
+// learnOutput reports whether rule (reserve_output: learned) reserves est's learned output, and
+// computes pl.learnedCost the first time: the charge with the learned quantile of the model's
+// completions as the output (never above the request's own maximum). A rule mirroring a
+// provider's limits (provider_feedback) reserves it only where the provider counts output as
+// generated (provider.Profile.OutputAsGenerated): elsewhere the provider counts max_tokens at
+// admission, and so does the rule. Before the sample floor, or without a Learner, the rule
+// reserves as the others do; the response path learns all the same (pl.learnOutput).
+func (f *Filter) learnOutput(p *Policy, pl *plan, est *tokens.Estimate, rule *config.Rule) bool {
+	if f.opts.Learner == nil || (rule.Feedback && !pl.prof.OutputAsGenerated) || !learnableModel(est.Model) {
+		return false
+	}
+	pl.learnOutput = true
+	if pl.learnedOK {
+		return true
+	}
+	l := f.opts.Learner.Factor(learn.Key{Provider: est.ProviderName(), Model: est.Model, Reason: learn.OutputReason})
+	if !l.Learned {
+		return false
+	}
+	out := learn.Output(l.Quantile)
+	if !est.OutputUnset {
+		out = min(out, est.OutputTokens)
+	}
+	e := *est
+	e.OutputTokens, e.OutputUnset = out, false
+	pl.learnedCost, pl.learnedOK = charge(&pl.prof, &e), true
+	return true
 }

@@ -176,3 +176,67 @@ func (w *swapStore) Add(ctx context.Context, d []learn.Delta, h time.Duration) e
 func (w *swapStore) Load(ctx context.Context, k []learn.Key) ([]learn.Dist, error) {
 	return w.get().Load(ctx, k)
 }
+
+// A tenant budget with reserve_output: learned reserves the learned quantile of the model's
+// completions (never above the request's max_tokens, and instead of the default when it names
+// none), and the provider-mirroring rule next to it reserves max_tokens; before the sample floor
+// both reserve max_tokens. The metadata asks the response path to record the completion.
+func TestLearnedOutput(t *testing.T) {
+	t.Parallel()
+	const model = "claude-sonnet-4-5"
+	l := &learner{by: map[learn.Key]learn.Learned{}}
+	e := newEnv(t, `
+pricing: {default_output_tokens: 4096}
+rules:
+  - name: team
+    match: {provider: anthropic}
+    per: [tenant]
+    output_tokens: {limit: 1000000, period: minute}
+    reserve_output: learned
+  - name: claude
+    match: {provider: anthropic}
+    per: [model]
+    output_tokens: {limit: 1000000, period: minute}
+`, Options{Learner: l})
+	costs := func(maxTokens string) (team, claude int64, flagged bool) {
+		t.Helper()
+		body := `{"model":"` + model + `",` + maxTokens + `"messages":[{"role":"user","content":"Hi"}]}`
+		resp := e.answer(t, context.Background(), messages(body)).Response()
+		if d := decisionOf(resp); d != decisionAllowed {
+			t.Fatalf("decision %q", d)
+		}
+		md := resp.GetDynamicMetadata().GetFields()
+		r, err := reservation.Decode(md[reservation.MetadataKey].GetStringValue())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range r.Buckets {
+			switch {
+			case b.Kind != reservation.KindOutput:
+			case strings.Contains(b.Spec.Name, "team"):
+				team = b.Spec.Cost
+			default:
+				claude = b.Spec.Cost
+			}
+		}
+		return team, claude, md[reservation.MetadataLearnOutputKey].GetBoolValue()
+	}
+	if team, claude, flagged := costs(`"max_tokens":1000,`); team != 1000 || claude != 1000 || !flagged {
+		t.Fatalf("before learning: team %d claude %d flagged %v; want 1000 1000 true", team, claude, flagged)
+	}
+	l.mu.Lock()
+	l.by[learn.Key{Provider: "anthropic", Model: model, Reason: learn.OutputReason}] = learn.Learned{Factor: 1.5, Learned: true, Samples: 100, Quantile: 200.0 / learn.OutputScale}
+	l.mu.Unlock()
+	for _, tc := range []struct {
+		max          string
+		team, claude int64
+	}{
+		{`"max_tokens":1000,`, 200, 1000},
+		{`"max_tokens":50,`, 50, 50},
+		{``, 200, 4096}, // no maximum: the learned quantile instead of the default
+	} {
+		if team, claude, _ := costs(tc.max); team != tc.team || claude != tc.claude {
+			t.Errorf("%s: team %d claude %d; want %d %d", tc.max, team, claude, tc.team, tc.claude)
+		}
+	}
+}

@@ -427,6 +427,9 @@ func (m *metadata) append(b []byte) []byte {
 		}
 		b = authzwire.AppendStringField(b, "rules", pl.ruleNames())
 		b = authzwire.AppendStringField(b, "tag", pl.enforced.Tag)
+		if pl.learnOutput {
+			b = authzwire.AppendBoolField(b, reservation.MetadataLearnOutputKey, true)
+		}
 		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {
 			b = appendBucketNames(b, "buckets", pl.enforced.Buckets)
 		}

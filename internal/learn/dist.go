@@ -194,3 +194,17 @@ func (p *Policy) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// OutputReason is the Key.Reason of a model's completion tokens: their distribution is kept as
+// the ratio of the tokens to OutputScale, so that the histogram's bins (2^-6 to 2^6) cover 16 to
+// 65,536 tokens; a completion outside counts in the first or last bin.
+const (
+	OutputReason = "output"
+	OutputScale  = 1024
+)
+
+// Output is the completion tokens a learned ratio q of OutputReason stands for, rounded up; at
+// least 1.
+func Output(q float64) int64 {
+	return Price(OutputScale, q)
+}

@@ -80,3 +80,28 @@ func TestLearnedObserved(t *testing.T) {
 		})
 	}
 }
+
+// A response to a request whose rule reserves the learned output records the completion's
+// tokens for the model (as a ratio to learn.OutputScale); a provider error records nothing.
+func TestLearnedOutputObserved(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status string
+		want   []observation
+	}{
+		{"200", []observation{{learn.Key{Provider: "openai", Model: "gpt-4o", Reason: learn.OutputReason}, 400, learn.OutputScale}}},
+		{"429", nil},
+	} {
+		obs := &learnRecorder{}
+		e := newEnvWith(t, nil, func(o *Options) { o.Learner = obs })
+		md := metadata(e.reserve(t, false))
+		md.FilterMetadata[reservation.MetadataNamespace].Fields[reservation.MetadataLearnOutputKey] = structpb.NewBoolValue(true)
+		runWith(t, e, md, headers(":status", tc.status),
+			body(`{"usage":{"prompt_tokens":220,"completion_tokens":400,"total_tokens":620}}`, true))
+		obs.mu.Lock()
+		if len(obs.got) != len(tc.want) || (len(tc.want) > 0 && obs.got[0] != tc.want[0]) {
+			t.Errorf("%s: observed %+v, want %+v", tc.status, obs.got, tc.want)
+		}
+		obs.mu.Unlock()
+	}
+}

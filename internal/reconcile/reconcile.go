@@ -158,12 +158,14 @@ type stream struct {
 	exact string
 	// static and reason are the prompt's static estimate and why it was estimated, from the
 	// metadata, when admission learns its error (0 and "" otherwise).
-	static    int64
-	reason    string
-	malformed bool // the reservation could not be read (reported once)
-	rep       report
-	body      parser
-	settled   bool
+	static int64
+	reason string
+	// learnOutput: a rule reserves the learned output; the completion's tokens are recorded.
+	learnOutput bool
+	malformed   bool // the reservation could not be read (reported once)
+	rep         report
+	body        parser
+	settled     bool
 	// set is the settlement in force when the stream started, for all of it.
 	set *Settlement
 	// dec decodes a compressed reply into body; nil for an uncompressed one.
@@ -233,6 +235,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 			st.res, st.rid, st.exact = res, rid, exactOf(req.GetMetadataContext())
 			st.static, st.reason = staticOf(req.GetMetadataContext())
+			st.learnOutput = req.GetMetadataContext().GetFilterMetadata()[reservation.MetadataNamespace].
+				GetFields()[reservation.MetadataLearnOutputKey].GetBoolValue()
 			if st.res != nil && st.res.Lease != "" {
 				s.m.leaseHeld(1)
 			}
@@ -648,6 +652,9 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			if s.opts.Learner != nil {
 				s.opts.Learner.Observe(learn.Key{Provider: r.Tag, Model: r.Model, Reason: st.reason}, u.Input, st.static)
 			}
+		}
+		if st.learnOutput && u.Output > 0 && s.opts.Learner != nil {
+			s.opts.Learner.Observe(learn.Key{Provider: r.Tag, Model: r.Model, Reason: learn.OutputReason}, u.Output, learn.OutputScale)
 		}
 	}
 	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {

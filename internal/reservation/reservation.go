@@ -37,6 +37,11 @@ const (
 	MetadataStaticKey = "static_prompt_tokens"
 )
 
+// MetadataLearnOutputKey is the field of the ext_authz dynamic metadata that is true when a rule
+// of the request reserves the learned output (reserve_output: learned): the response path
+// records the completion's tokens for the model.
+const MetadataLearnOutputKey = "learn_output"
+
 // Bucket kinds: what a reserved bucket counts. The check path names its buckets with the same
 // letters.
 const (
