@@ -66,7 +66,7 @@ func (f *Filter) learn(p *Policy, est *tokens.Estimate) {
 // generated (provider.Profile.OutputAsGenerated): elsewhere the provider counts max_tokens at
 // admission, and so does the rule. Before the sample floor, or without a Learner, the rule
 // reserves as the others do; the response path learns all the same (pl.learnOutput).
-func (f *Filter) learnOutput(p *Policy, pl *plan, est *tokens.Estimate, rule *config.Rule) bool {
+func (f *Filter) learnOutput(pl *plan, est *tokens.Estimate, rule *config.Rule) bool {
 	if f.opts.Learner == nil || (rule.Feedback && !pl.prof.OutputAsGenerated) || !learnableModel(est.Model) {
 		return false
 	}

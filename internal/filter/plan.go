@@ -166,7 +166,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		// The first window of each dimension, when a token bucket, shares one key with the
 		// rule's others (slots 1 to 4): one key to read and write for all, under one name. They
 		// go first, next to each other, as the store wants them.
-		learned := rule.LearnedOutput && !requestsOnly && f.learnOutput(p, pl, est, rule)
+		learned := rule.LearnedOutput && !requestsOnly && f.learnOutput(pl, est, rule)
 		var pairName string
 		for pass := range 2 {
 			for i := range limits {

@@ -2,6 +2,7 @@ package learn
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,8 +108,33 @@ func (s *Shared) Observe(k Key, actual, estimate int64) {
 		d = &Dist{}
 		s.pending[k] = d
 	}
-	d.Add(float64(actual)/float64(estimate), now, s.pol.Load().HalfLife)
+	r := float64(actual) / float64(estimate)
+	pol := s.pol.Load()
+	d.Add(r, now, pol.HalfLife)
+	s.raise(k, r, pol)
 	s.mu.Unlock()
+}
+
+// raise lifts the learned factor of k in the snapshot to ratio r (at its bin's upper edge, at
+// most Max) when r is above it: a provider whose counts just rose (a changed tokenizer) is
+// priced at once by the replica that saw it, not one refresh later; the next Sync prices at the
+// distribution's quantile again. Only a learned factor is raised (the static estimate stands
+// below the sample floor), and never lowered here. Called with s.mu held.
+func (s *Shared) raise(k Key, r float64, pol *Policy) {
+	snap := *s.snap.Load()
+	cur, ok := snap[k]
+	i, valid := Bin(r)
+	if !ok || !cur.Learned || !valid {
+		return
+	}
+	up := min(Upper(i), pol.Max)
+	if up <= cur.Factor {
+		return
+	}
+	next := maps.Clone(snap)
+	cur.Factor = up
+	next[k] = cur
+	s.snap.Store(&next)
 }
 
 // Sync writes the samples observed since the last Sync and reads every known key back: two

@@ -258,3 +258,47 @@ func TestSharedBounds(t *testing.T) {
 		t.Fatalf("a key past MaxKeys learned: %+v", l)
 	}
 }
+
+// A settlement above the learned factor raises it at once on the replica that saw it (a provider
+// whose counts just rose), clamped to Max; one below changes nothing; the next Sync prices at
+// the distribution's quantile again.
+func TestSharedRaise(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	k := Key{"anthropic", "m", "anthropic_estimate"}
+	now := func() time.Time { return t0 }
+	pol := Policy{Quantile: 0.99, MinSamples: 10, Min: 0.5, Max: 1.5, HalfLife: time.Minute}
+	s := NewShared(NewMemory(now), SharedOptions{Policy: pol, Now: now})
+	s.Observe(k, 2000, 1000) // not learned yet: nothing to raise
+	if l := s.Factor(k); l.Learned {
+		t.Fatalf("before the floor: %+v", l)
+	}
+	for range 400 {
+		s.Observe(k, 700, 1000)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := s.Factor(k).Factor
+	if base < 0.7 || base > 0.71 {
+		t.Fatalf("learned %v, want about 0.7", base)
+	}
+	s.Observe(k, 600, 1000)
+	if f := s.Factor(k).Factor; f != base {
+		t.Fatalf("a lower sample moved the factor to %v", f)
+	}
+	s.Observe(k, 1050, 1000)
+	if f := s.Factor(k).Factor; f < 1.05 || f > 1.07 {
+		t.Fatalf("after a sample at 1.05: %v, want about 1.05 at once", f)
+	}
+	s.Observe(k, 9000, 1000)
+	if f := s.Factor(k).Factor; f != 1.5 {
+		t.Fatalf("after a sample at 9: %v, want Max", f)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f := s.Factor(k).Factor; f != base { // three samples above 0.7 of 404 are under 1%: the p99 stays
+		t.Fatalf("after Sync: %v, want the quantile %v again", f, base)
+	}
+}

@@ -138,9 +138,11 @@ type Server struct {
 	decisions *decisionlog.Log
 }
 
-// learnRefresh is how often the learned ratios are written and read back (internal/learn): a
-// ratio learned behind one replica prices on every other within about twice this.
-const learnRefresh = time.Second
+// learnRefresh is how often the learned ratios are written and read back (internal/learn), two
+// pipelines each time, off the request path: a ratio learned behind one replica prices on every
+// other within about twice this, which bounds what a sudden change of a provider's counts is
+// admitted at its old price (docs/pricing.md).
+const learnRefresh = 250 * time.Millisecond
 
 // learnTTL is how long a learned ratio no settlement wrote stays in Redis: its weight is long
 // below any sample floor by then.
