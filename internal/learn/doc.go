@@ -20,5 +20,5 @@
 // must never import internal/filter, internal/reconcile or internal/config (they consume it).
 //
 // Proof: TestStoreConformance (Memory, redis-server, a 3-master Cluster), TestSharedOutage,
-// TestSharedBounds, the table tests of Dist and Policy and FuzzFactor.
+// TestSharedBounds, TestSharedRaise, the table tests of Dist and Policy and FuzzFactor.
 package learn
