@@ -142,13 +142,18 @@ func (s *Redis) Add(ctx context.Context, deltas []Delta, halfLife time.Duration)
 	if s.now != nil {
 		now = s.now().UnixMilli()
 	}
-	err := s.add(ctx, deltas, now, halfLife)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// A server restarted or failed over: load the script (on every master) and retry.
+	failed, err := s.add(ctx, deltas, now, halfLife)
+	if err != nil && len(failed) > 0 {
+		// A server restarted or failed over, or never ran the script: load it (on every master)
+		// and run again the deltas it refused, only those (the others were merged).
 		if err := script.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("learn: load script: %w", err)
 		}
-		err = s.add(ctx, deltas, now, halfLife)
+		retry := make([]Delta, len(failed))
+		for i, j := range failed {
+			retry[i] = deltas[j]
+		}
+		_, err = s.add(ctx, retry, now, halfLife)
 	}
 	if err != nil {
 		return fmt.Errorf("learn: add: %w", err)
@@ -156,9 +161,11 @@ func (s *Redis) Add(ctx context.Context, deltas []Delta, halfLife time.Duration)
 	return nil
 }
 
-// add is one pipeline of EVALSHA.
-func (s *Redis) add(ctx context.Context, deltas []Delta, now int64, halfLife time.Duration) error {
+// add is one pipeline of EVALSHA; noscript indexes the deltas a server refused for want of the
+// script (nothing else failed when err is nil or only those failed).
+func (s *Redis) add(ctx context.Context, deltas []Delta, now int64, halfLife time.Duration) (noscript []int, err error) {
 	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(deltas))
 	for i := range deltas {
 		args := []any{now, halfLife.Milliseconds(), s.ttl.Milliseconds()}
 		for b, w := range deltas[i].Dist.W {
@@ -166,10 +173,26 @@ func (s *Redis) add(ctx context.Context, deltas []Delta, now int64, halfLife tim
 				args = append(args, b, strconv.FormatFloat(w, 'g', -1, 64))
 			}
 		}
-		script.EvalSha(ctx, pipe, []string{RedisKey(s.prefix, deltas[i].Key)}, args...)
+		cmds[i] = script.EvalSha(ctx, pipe, []string{RedisKey(s.prefix, deltas[i].Key)}, args...)
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	_, err = pipe.Exec(ctx)
+	if err == nil {
+		return nil, nil
+	}
+	var other error
+	for i, c := range cmds {
+		switch e := c.Err(); {
+		case e == nil:
+		case redis.HasErrorPrefix(e, "NOSCRIPT"):
+			noscript = append(noscript, i)
+		default:
+			other = e
+		}
+	}
+	if other != nil {
+		return nil, other
+	}
+	return noscript, err
 }
 
 // Load reads every key in one pipeline.

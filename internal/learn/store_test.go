@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
@@ -300,5 +302,50 @@ func TestSharedRaise(t *testing.T) {
 	}
 	if f := s.Factor(k).Factor; f != base { // three samples above 0.7 of 404 are under 1%: the p99 stays
 		t.Fatalf("after Sync: %v, want the quantile %v again", f, base)
+	}
+}
+
+// A Cluster whose masters lost the script (a restart, a failover) merges each delta once: the
+// deltas a master refused are run again, never those another master merged.
+func TestRedisAddAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	c := cl.Client()
+	ctx := context.Background()
+	s := NewRedis(c, uniquePrefix(), time.Hour)
+	keys := []Key{{"anthropic", "m", "r"}, {"gemini", "m", "r"}, {"openai", "m", "r"}, {"bedrock", "m", "r"}}
+	for round := range 3 {
+		// Flush the script from one master only: the others still run it.
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.ScriptFlush(ctx).Err()
+		}); err != nil && round == 0 {
+			t.Fatal(err)
+		}
+		if round == 1 {
+			if err := script.Load(ctx, c).Err(); err != nil {
+				t.Fatal(err)
+			}
+			first := redis.NewClient(&redis.Options{Addr: cl.Addrs()[0]})
+			defer first.Close()
+			if err := first.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deltas := make([]Delta, len(keys))
+		for i, k := range keys {
+			deltas[i] = Delta{k, dist(t0, 0.8)}
+		}
+		if err := s.Add(ctx, deltas, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Load(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range keys {
+			if n := got[i].Samples(); math.Abs(n-float64(round+1)) > 1e-3 {
+				t.Fatalf("round %d, %v: %v samples, want %d", round, keys[i], n, round+1)
+			}
+		}
 	}
 }
