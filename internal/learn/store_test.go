@@ -326,8 +326,9 @@ func TestRedisAddAfterScriptFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 			first := redis.NewClient(&redis.Options{Addr: cl.Addrs()[0]})
-			defer first.Close()
-			if err := first.ScriptFlush(ctx).Err(); err != nil {
+			err := first.ScriptFlush(ctx).Err()
+			first.Close()
+			if err != nil {
 				t.Fatal(err)
 			}
 		}
