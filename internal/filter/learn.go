@@ -71,7 +71,7 @@ func (f *Filter) learnOutput(pl *plan, est *tokens.Estimate, rule *config.Rule) 
 		return false
 	}
 	pl.learnOutput = true
-	if pl.learnedOK {
+	if pl.learnedCost != nil {
 		return true
 	}
 	l := f.opts.Learner.Factor(learn.Key{Provider: est.ProviderName(), Model: est.Model, Reason: learn.OutputReason})
@@ -84,6 +84,7 @@ func (f *Filter) learnOutput(pl *plan, est *tokens.Estimate, rule *config.Rule) 
 	}
 	e := *est
 	e.OutputTokens, e.OutputUnset = out, false
-	pl.learnedCost, pl.learnedOK = charge(&pl.prof, &e), true
+	c := charge(&pl.prof, &e)
+	pl.learnedCost = &c
 	return true
 }

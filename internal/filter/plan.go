@@ -82,10 +82,11 @@ type plan struct {
 	prof provider.Profile
 	cost costs
 	// learnedCost is cost with the learned output reserved instead of the request's maximum,
-	// for the rules with reserve_output: learned, once learned (learnedOK); learnOutput: some
-	// rule reserves it, so the response path records the completion's tokens.
-	learnedCost            costs
-	learnedOK, learnOutput bool
+	// for the rules with reserve_output: learned, once learned (nil before: allocated only for
+	// such requests); learnOutput: some rule reserves it, so the response path records the
+	// completion's tokens.
+	learnedCost *costs
+	learnOutput bool
 	// clock is the filter's (Options.Now), for the answers' reset instants.
 	clock func() time.Time
 	// Room for the common plans (one rule of up to four buckets), so that building them
@@ -181,7 +182,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 				kind := reservation.KindOf(l.Dim)
 				cost := pl.cost[l.Dim]
 				if learned {
-					cost = pl.learnedCost[l.Dim]
+					cost = (*pl.learnedCost)[l.Dim]
 				}
 				var s bucket.Spec
 				if inPair {
