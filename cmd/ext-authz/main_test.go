@@ -19,6 +19,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/redistest"
 )
 
 // The test binary doubles as the service: with EXT_AUTHZ_MAIN=1 it runs main's run() on its
@@ -238,5 +242,42 @@ func TestUnknownCommand(t *testing.T) {
 	var out, errb strings.Builder
 	if err := run(context.Background(), []string{"frobnicate"}, nil, &out, &errb); err == nil || !strings.Contains(errb.String(), "usage:") {
 		t.Fatalf("err = %v, stderr %q", err, errb.String())
+	}
+}
+
+// estimate shows the learned price of an estimated prompt next to its static one, read from the
+// shared store; without a store it says it did not read one.
+func TestEstimateShowsLearned(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	body := `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"Hello there, how are you?"}]}`
+	args := []string{"estimate", "-H", "host: api.anthropic.com", "-path", "/v1/messages"}
+	var out, errb strings.Builder
+	if err := run(context.Background(), args, strings.NewReader(body), &out, &errb); err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "learned        not read") {
+		t.Fatalf("without a store:\n%s", out.String())
+	}
+	client, err := bucket.NewClient(srv.URL(), bucket.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sh := learn.NewShared(learn.NewRedis(client, "llmrl:", time.Hour), learn.SharedOptions{Policy: learn.DefaultPolicy})
+	for range 60 {
+		sh.Observe(learn.Key{Provider: "anthropic", Model: "claude-sonnet-4-5", Reason: "anthropic_estimate"}, 75, 100)
+	}
+	if err := sh.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(context.Background(), append(args, "-redis-url", srv.URL()), strings.NewReader(body), &out, &errb); err != nil {
+		t.Fatalf("%v %s", err, errb.String())
+	}
+	for _, want := range []string{"count          approximate (anthropic_estimate)", "(factor 0.75", "p99 ratio 0.75", "over 60.0 samples", "pricing.learn.enabled is false"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -24,8 +24,10 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/price"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/server"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
 // checkConfig validates a limits file and prints every problem.
@@ -145,6 +147,8 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var rf requestFlags
 	rf.register(fs)
 	cfgPath := fs.String("config", envOr("CONFIG", ""), "limits file; default: the embedded example")
+	redisURL := fs.String("redis-url", envOr("REDIS_URL", ""), "the shared store whose learned ratios to show (env REDIS_URL); empty: none")
+	redisPrefix := fs.String("redis-prefix", envOr("REDIS_PREFIX", "llmrl:"), "prefix of every Redis key (env REDIS_PREFIX)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -187,6 +191,9 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		exact = "approximate (" + string(e.Reason) + ")"
 	}
 	fmt.Fprintf(tw, "count\t%s\nstream\t%v\npriced in\t%s\n", exact, e.Stream, took.Round(time.Microsecond))
+	if !e.Exact && e.Reason.Learnable() {
+		fmt.Fprintf(tw, "learned\t%s\n", learned(cfg, &e, *redisURL, *redisPrefix))
+	}
 	fmt.Fprintf(tw, "tenant\t%q (from %s)\npriority\t%s\n", x.Tenant, x.TenantSource, x.Priority)
 	if x.Plan != "" {
 		fmt.Fprintf(tw, "plan\t%s (from %s)\n", x.Plan, x.PlanSource)
@@ -230,6 +237,37 @@ func estimate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "  %q\t%s\t%s\t%d\t%s\t%d\t%d\t%g\t%v\n", b.Name, slot, b.Algorithm, b.Limit, period, b.Capacity(), b.Cost, b.Floor, x.Shadow[i])
 	}
 	return tw.Flush()
+}
+
+// learned describes the learned price of e's prompt next to its static one (the prompt tokens
+// shown): read from the store at redisURL, the figure every replica prices with.
+func learned(cfg *config.Config, e *tokens.Estimate, redisURL, prefix string) string {
+	if redisURL == "" {
+		return "not read (-redis-url names the shared store holding it)"
+	}
+	client, err := bucket.NewClient(redisURL, bucket.ClientOptions{})
+	if err != nil {
+		return "not read: " + err.Error()
+	}
+	defer client.Close()
+	sh := learn.NewShared(learn.NewRedis(client, prefix, 0), learn.SharedOptions{Policy: cfg.Learn})
+	k := learn.Key{Provider: e.ProviderName(), Model: e.Model, Reason: string(e.Reason)}
+	sh.Factor(k)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sh.Sync(ctx); err != nil {
+		return "not read: " + err.Error()
+	}
+	l, pol := sh.Factor(k), cfg.Learn
+	state := ""
+	if !cfg.LearnEnabled {
+		state = "; pricing.learn.enabled is false: not applied"
+	}
+	if !l.Learned {
+		return fmt.Sprintf("static until %g samples (%.1f so far)%s", pol.MinSamples, l.Samples, state)
+	}
+	return fmt.Sprintf("%d prompt tokens (factor %.4f: p%g ratio %.4f over %.1f samples, clamped to [%g, %g])%s",
+		learn.Price(e.PromptTokens, l.Factor), l.Factor, pol.Quantile*100, l.Quantile, l.Samples, pol.Min, pol.Max, state)
 }
 
 // check sends one Check to a running server and prints the decision.

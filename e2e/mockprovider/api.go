@@ -105,6 +105,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Recorder.Stats())
 	case r.URL.Path == "/ledger" && r.Method == http.MethodGet && s.Ledger != nil:
 		s.Ledger.serve(w)
+	case r.URL.Path == "/control/anthropic-factor" && r.Method == http.MethodPost:
+		s.setAnthropicFactor(w, r)
 	case strings.HasPrefix(r.URL.Path, "/price/") && r.Method == http.MethodPost:
 		s.price(w, r)
 	case r.URL.Path == "/v1/models" && r.Method == http.MethodGet:
@@ -140,6 +142,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.errorAnswer(w, isAnthropic(r), http.StatusNotFound, "not_found_error", "invalid_request_error",
 			fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))
 	}
+}
+
+// setAnthropicFactor changes the Anthropic tokenizer's ratio to cl100k_base mid-run (the body:
+// a number between 0.1 and 10): the provider's own counts change, as when a model's tokenizer
+// does, and a limiter that learned the old ratio must learn the new one.
+func (s *Server) setAnthropicFactor(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 64))
+	f, perr := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	if err != nil || perr != nil || !(f >= 0.1 && f <= 10) {
+		http.Error(w, "want a factor between 0.1 and 10", http.StatusBadRequest)
+		return
+	}
+	s.Pricer.SetAnthropicFactor(f)
+	writeJSON(w, http.StatusOK, map[string]float64{"anthropic_factor": f})
 }
 
 // replyWriter is the writer of one API reply: compressed when negotiated.

@@ -329,3 +329,38 @@ func TestKeyOfItsOwnOrganisation(t *testing.T) {
 		t.Errorf("sk-slow answered in %s, want its 50ms latency", d)
 	}
 }
+
+// The control endpoint changes the factor Anthropic prompts are counted with, from the next
+// request on; a bad factor is refused and changes nothing.
+func TestControlAnthropicFactor(t *testing.T) {
+	t.Parallel()
+	srv := &Server{Pricer: &Pricer{DefaultOutput: 4096, AnthropicEncoding: "cl100k_base", AnthropicFactor: 1},
+		Recorder: NewRecorder(TokenBucket, &bytes.Buffer{}), CompletionTokens: 3, Now: time.Now}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	prompt := func() int64 {
+		t.Helper()
+		_, b := post(t, ts.URL+"/price/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hello world, how are you today?"}]}`,
+			"host", "api.anthropic.com")
+		var p struct{ Prompt int64 }
+		if err := json.Unmarshal(b, &p); err != nil || p.Prompt <= 0 {
+			t.Fatalf("price: %s", b)
+		}
+		return p.Prompt
+	}
+	before := prompt()
+	for _, bad := range []string{"0", "-1", "abc", "100"} {
+		if resp, _ := post(t, ts.URL+"/control/anthropic-factor", bad); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("factor %q: %d", bad, resp.StatusCode)
+		}
+	}
+	if got := prompt(); got != before {
+		t.Fatalf("after bad factors: %d, want %d", got, before)
+	}
+	if resp, b := post(t, ts.URL+"/control/anthropic-factor", "2"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("factor 2: %d %s", resp.StatusCode, b)
+	}
+	if got := prompt(); got != 2*before {
+		t.Fatalf("after factor 2: %d, want %d", got, 2*before)
+	}
+}

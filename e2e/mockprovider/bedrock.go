@@ -151,7 +151,7 @@ func (s *Server) bedrockPrice(model string, body []byte) (*Price, error) {
 		n += len(enc.Encode(t, nil, nil)) + 3
 	}
 	p := &Price{Provider: "bedrock", Model: model, N: 1,
-		Prompt: int64(math.Ceil(float64(n+10) * max(s.Pricer.AnthropicFactor, 1)))}
+		Prompt: int64(math.Ceil(float64(n+10) * max(s.Pricer.anthropicFactor(), 1)))}
 	switch {
 	case b.InferenceConfig.MaxTokens != nil:
 		p.Output = *b.InferenceConfig.MaxTokens

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
@@ -58,6 +59,9 @@ type Pricer struct {
 	// Claude at roughly 1.15-1.3x the OpenAI encodings, so the mock counts cl100k_base x 1.25.
 	AnthropicEncoding string
 	AnthropicFactor   float64
+	// factor, when set (SetAnthropicFactor, the control endpoint), replaces AnthropicFactor: a
+	// model whose tokenizer changes mid-run.
+	factor atomic.Uint64
 	// MaxCounted, when positive, is the longest text counted with tiktoken-go (which takes
 	// seconds per MiB); a longer one is charged one token per byte, the most a byte-level BPE
 	// gives, so that floods of huge bodies stay cheap to the mock and are never under-charged.
@@ -66,6 +70,17 @@ type Pricer struct {
 	mu   sync.Mutex
 	encs map[string]*tiktoken.Tiktoken
 }
+
+// anthropicFactor is the factor Anthropic prompts are counted with now.
+func (p *Pricer) anthropicFactor() float64 {
+	if b := p.factor.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return p.AnthropicFactor
+}
+
+// SetAnthropicFactor changes the factor Anthropic prompts are counted with from now on (f > 0).
+func (p *Pricer) SetAnthropicFactor(f float64) { p.factor.Store(math.Float64bits(f)) }
 
 func (p *Pricer) encoding(name string) (*tiktoken.Tiktoken, error) {
 	p.mu.Lock()
@@ -295,8 +310,8 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 	switch api {
 	case "chat_completions":
 		pr.Prompt = chat(r.Messages)
-		if provider == "anthropic" && p.AnthropicFactor > 0 {
-			pr.Prompt = int64(math.Ceil(float64(pr.Prompt) * p.AnthropicFactor))
+		if provider == "anthropic" && p.anthropicFactor() > 0 {
+			pr.Prompt = int64(math.Ceil(float64(pr.Prompt) * p.anthropicFactor()))
 		}
 		pr.Output = output(r.MaxCompletionTokens, r.MaxTokens) * int64(pr.N)
 	case "completions":
@@ -345,16 +360,16 @@ func (p *Pricer) PriceOn(host, path string, body []byte) (*Price, error) {
 			msgs = append([]message{{Role: "system", Content: *r.System}}, msgs...)
 		}
 		pr.Prompt = chat(msgs)
-		if p.AnthropicFactor > 0 {
-			pr.Prompt = int64(math.Ceil(float64(pr.Prompt) * p.AnthropicFactor))
+		if p.anthropicFactor() > 0 {
+			pr.Prompt = int64(math.Ceil(float64(pr.Prompt) * p.anthropicFactor()))
 		}
 		if texts, key := systemPrefix(r.Model, fieldOr(body, "system")); key != "" {
 			var n int64
 			for _, t := range texts {
 				n += count(t)
 			}
-			if p.AnthropicFactor > 0 {
-				n = int64(math.Ceil(float64(n) * p.AnthropicFactor))
+			if p.anthropicFactor() > 0 {
+				n = int64(math.Ceil(float64(n) * p.anthropicFactor()))
 			}
 			pr.CacheKey, pr.CachePrefix = key, n
 		}

@@ -112,3 +112,10 @@ func keyCode(s *Spec) byte {
 func cleanPrefix(p string) string {
 	return strings.NewReplacer("{", "%7B", "}", "%7D").Replace(p)
 }
+
+// HashTag is the hash tag of tag's buckets, braces included: a key holding it is kept on the
+// same Redis Cluster slot as the buckets of tag.
+func HashTag(tag string) string {
+	b := append(make([]byte, 0, 2+partLen(tag)), '{')
+	return string(append(appendPart(b, tag), '}'))
+}

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 )
 
 // Config is a validated configuration with its derived values precomputed. It is immutable and
@@ -35,6 +37,9 @@ type Config struct {
 	TenantHeader string
 	// FailureMode is failure.mode.
 	FailureMode FailureMode
+	// Learn is pricing.learn as internal/learn's policy; LearnEnabled is pricing.learn.enabled.
+	Learn        learn.Policy
+	LearnEnabled bool
 	// RefuseUnreadable: pricing.unreadable.policy is refuse (else bound).
 	RefuseUnreadable bool
 	// Accounting are the accounting overrides, in file order (Apply).
@@ -218,6 +223,9 @@ type Rule struct {
 	// AlertAt is the part of the rule's money budget (its cost limit) whose crossing is counted
 	// and logged; 0 without a cost limit.
 	AlertAt float64
+	// LearnedOutput: the rule's token buckets reserve the learned output (reserve_output:
+	// learned) instead of max_tokens.
+	LearnedOutput bool
 }
 
 // DimLimit is one window of one dimension of a rule.
@@ -369,6 +377,15 @@ func (f *File) compile(dir string) (*Config, error) {
 	}
 	if f.Pricing.UnseenContextTokens < 0 || f.Pricing.UnseenContextTokens > maxLimit {
 		bad("pricing.unseen_context_tokens", "%d is out of range", f.Pricing.UnseenContextTokens)
+	}
+	l := &f.Pricing.Learn
+	c.LearnEnabled = l.Enabled
+	c.Learn = learn.Policy{Quantile: l.Quantile, MinSamples: l.MinSamples, Min: l.MinFactor, Max: l.MaxFactor,
+		HalfLife: time.Duration(l.HalfLife)}
+	if err := c.Learn.Validate(); err != nil {
+		for _, e := range strings.Split(err.Error(), "\n") { // errors.Join's: one problem a line
+			bad("pricing.learn", "%s", e)
+		}
 	}
 	switch f.Pricing.FallbackEncoding {
 	case "o200k_base", "cl100k_base":
@@ -555,6 +572,22 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	}
 	if r.Refund && !tokenish {
 		bad("refund", "needs tokens, input_tokens or output_tokens: refunds give tokens back")
+	}
+	switch r.ReserveOutput {
+	case "", "max_tokens":
+	case "learned":
+		out.LearnedOutput = true
+		if len(r.Tokens)+len(r.OutputTokens) == 0 && !out.FromPlan {
+			bad("reserve_output", "learned needs tokens or output_tokens: the output is reserved there")
+		}
+		if r.ProviderFeedback {
+			if id := provider.Parse(r.Match.Provider); id == provider.Unknown ||
+				!dialects.Of(id).Profile(id, r.Match.Model).OutputAsGenerated {
+				bad("reserve_output", "learned on a provider_feedback rule of %q: the provider counts the request's max_tokens against its own limits at admission, so a smaller reservation would admit what it refuses (learned is for the operator's own budgets, and for providers that count output as generated: gemini)", r.Match.Provider)
+			}
+		}
+	default:
+		bad("reserve_output", "%q is not max_tokens or learned", r.ReserveOutput)
 	}
 	lims, lerrs := compileLimits(dimsOf(&r.Tokens, &r.InputTokens, &r.OutputTokens, &r.Requests), key, r.Refund)
 	errs = append(errs, lerrs...)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 )
 
 // Example is the embedded example configuration: the service's default when no file is given.
@@ -189,6 +191,27 @@ type Pricing struct {
 	// UnseenContextTokens bounds the input a request brings without showing it (stored
 	// conversations, files, URLs, MCP servers); 0: the model's context window.
 	UnseenContextTokens int64 `yaml:"unseen_context_tokens"`
+	// Learn prices estimated prompts at what the providers' own counts taught (internal/learn).
+	Learn Learn `yaml:"learn"`
+}
+
+// Learn configures the learned estimate ratios: for each provider, model and reason of an
+// estimated prompt, the ratio of the provider's count to the static estimate is learned from
+// settlements and shared by every replica; admission prices at its Quantile, clamped to
+// [MinFactor, MaxFactor] times the static estimate, once MinSamples (decayed) were seen.
+type Learn struct {
+	// Enabled turns learning on (default false: the static estimate prices every request).
+	Enabled bool `yaml:"enabled"`
+	// Quantile of the learned ratio priced at, in (0, 1]; default 0.99.
+	Quantile float64 `yaml:"quantile"`
+	// MinSamples is the decayed sample count below which the static estimate stands; default 50.
+	MinSamples float64 `yaml:"min_samples"`
+	// MinFactor and MaxFactor clamp the learned price to this range times the static one;
+	// defaults 0.5 and 1.5.
+	MinFactor float64 `yaml:"min_factor"`
+	MaxFactor float64 `yaml:"max_factor"`
+	// HalfLife is how fast old samples lose weight; default 1m.
+	HalfLife Duration `yaml:"half_life"`
 }
 
 // Unreadable is the pricing policy for a body that cannot be read in full.
@@ -268,6 +291,13 @@ type RuleSpec struct {
 	// Cost limits the money the matching requests spend, at the price table's prices: the most
 	// a request can cost is reserved at admission, its usage's cost settled from the response.
 	Cost *CostSpec `yaml:"cost"`
+	// ReserveOutput is what the rule's tokens and output_tokens buckets reserve for output:
+	// max_tokens (the default: the request's maximum, else the configured default) or learned
+	// (a high quantile of the completions observed of the model, never above the request's
+	// maximum; settled to the actual output). learned is refused where the provider counts the
+	// output maximum itself at admission (a provider_feedback rule of OpenAI, Azure, Anthropic,
+	// Bedrock).
+	ReserveOutput string `yaml:"reserve_output"`
 	// MaxWait holds a request up to this long for the budget instead of denying it.
 	MaxWait Duration `yaml:"max_wait"`
 	// MaxConcurrent caps the matching requests in flight at once across every replica (one bucket
@@ -402,7 +432,9 @@ func Defaults() File {
 		TenantPlans: TenantPlans{Source: "table", Claim: ClaimPath{"plan"}},
 		Priority:    Priority{Source: "header", Default: "default", Classes: map[string]Class{"default": {Floor: 0}}},
 		Pricing: Pricing{DefaultOutputTokens: 4096, FallbackEncoding: "cl100k_base", MaxRequestBytes: 1 << 20,
-			Unreadable: Unreadable{Policy: "bound"}},
+			Unreadable: Unreadable{Policy: "bound"},
+			Learn: Learn{Quantile: learn.DefaultPolicy.Quantile, MinSamples: learn.DefaultPolicy.MinSamples,
+				MinFactor: learn.DefaultPolicy.Min, MaxFactor: learn.DefaultPolicy.Max, HalfLife: Duration(learn.DefaultPolicy.HalfLife)}},
 		Failure: Failure{Mode: "deny", Replicas: 1},
 		Settlement: Settlement{KeepOnClientError: 0.25, UsageFactor: 8, MaxUsageTokens: 2_000_000,
 			Decode: []string{"gzip", "deflate", "br", "zstd"}},

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 )
 
@@ -512,5 +513,61 @@ rules:
 		ce.Problems[1] != `rules[1].requests.timezone: applies to algorithm: quota only (calendar periods)` ||
 		!strings.HasPrefix(ce.Problems[2], `rules[2].requests.timezone: Local depends on the host`) {
 		t.Errorf("problems: %v", err)
+	}
+}
+
+func TestLearn(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("rules: []\n"), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LearnEnabled || c.Learn != learn.DefaultPolicy {
+		t.Errorf("defaults: enabled %v policy %+v; want false %+v", c.LearnEnabled, c.Learn, learn.DefaultPolicy)
+	}
+	c, err = Parse([]byte("pricing: {learn: {enabled: true, quantile: 0.95, min_samples: 20, min_factor: 0.6, max_factor: 1.2, half_life: 30s}}\n"), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := learn.Policy{Quantile: 0.95, MinSamples: 20, Min: 0.6, Max: 1.2, HalfLife: 30 * time.Second}
+	if !c.LearnEnabled || c.Learn != want {
+		t.Errorf("set: enabled %v policy %+v; want true %+v", c.LearnEnabled, c.Learn, want)
+	}
+	_, err = Parse([]byte("pricing: {learn: {quantile: 2, min_samples: 0, min_factor: 1.5, max_factor: 0.5, half_life: 0s, when: always}}\n"), t.Name())
+	for _, w := range []string{"quantile", "min_samples", "min_factor", "max_factor", "half_life", "when"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("bad learn: %v; want it to name %s", err, w)
+		}
+	}
+}
+
+// reserve_output: learned is for the operator's own budgets and for providers that count output
+// as generated; a rule mirroring a provider that counts max_tokens at admission is refused.
+func TestReserveOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		rule string
+		want string // "" valid; else a substring of the error
+	}{
+		{"{name: t, match: {provider: openai}, per: [tenant], tokens: {limit: 1000, period: minute}, reserve_output: learned}", ""},
+		{"{name: t, match: {provider: anthropic}, per: [tenant], output_tokens: {limit: 1000, period: minute}, reserve_output: learned}", ""},
+		{"{name: t, match: {provider: gemini}, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", ""},
+		{"{name: t, match: {provider: openai}, per: [model], tokens: {limit: 1000, period: minute}, reserve_output: max_tokens}", ""},
+		{"{name: t, match: {provider: openai}, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", `learned on a provider_feedback rule of "openai"`},
+		{"{name: t, match: {provider: anthropic}, per: [model], provider_feedback: true, output_tokens: {limit: 1000, period: minute}, reserve_output: learned}", `rule of "anthropic"`},
+		{"{name: t, match: {provider: vertex, model: claude-*}, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", `rule of "vertex"`},
+		{"{name: t, per: [model], provider_feedback: true, tokens: {limit: 1000, period: minute}, reserve_output: learned}", `rule of ""`},
+		{"{name: t, match: {provider: openai}, per: [tenant], input_tokens: {limit: 1000, period: minute}, reserve_output: learned}", "learned needs tokens or output_tokens"},
+		{"{name: t, match: {provider: openai}, per: [tenant], tokens: {limit: 1000, period: minute}, reserve_output: guess}", `"guess" is not max_tokens or learned`},
+	} {
+		c, err := Parse([]byte("credentials: {injected: true}\nrules:\n  - "+tc.rule+"\n"), t.Name())
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.rule, err)
+		case tc.want == "" && !c.Rules[0].LearnedOutput && strings.Contains(tc.rule, "learned"):
+			t.Errorf("%s: LearnedOutput false", tc.rule)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.rule, err, tc.want)
+		}
 	}
 }

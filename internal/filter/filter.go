@@ -116,6 +116,9 @@ type Options struct {
 	// PromptCache bounds the memory of the prompt-cache prefixes requests sent, from which
 	// admission expects cache reads (internal/promptcache).
 	PromptCache promptcache.Options
+	// Learner, when set, prices estimated prompts at their learned factor while the
+	// configuration's pricing.learn is enabled (learn.go). Default: none, static estimates.
+	Learner Learner
 }
 
 // Filter answers ext_authz Check requests. It is safe for concurrent use.
@@ -324,6 +327,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (a *Answer, err er
 	t0 := f.opts.Now()
 	pctx, span := f.child(ctx, spanPricing)
 	est := f.price(pctx, p, &r.in, start)
+	f.learn(p, &est)
 	span.End()
 	t1 := f.opts.Now()
 	f.m.priced(&est, t1.Sub(t0))

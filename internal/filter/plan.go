@@ -82,6 +82,12 @@ type plan struct {
 	// prof is how the request's provider counts it; cost what it counts in each dimension.
 	prof provider.Profile
 	cost costs
+	// learnedCost is cost with the learned output reserved instead of the request's maximum,
+	// for the rules with reserve_output: learned, once learned (nil before: allocated only for
+	// such requests); learnOutput: some rule reserves it, so the response path records the
+	// completion's tokens.
+	learnedCost *costs
+	learnOutput bool
 	// clock is the filter's (Options.Now), for the answers' reset instants.
 	clock func() time.Time
 	// price is the model's price when a cost limit applies (nil otherwise: the configuration's
@@ -167,6 +173,7 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 		// The first window of each dimension, when a token bucket, shares one key with the
 		// rule's others (slots 1 to 4): one key to read and write for all, under one name. They
 		// go first, next to each other, as the store wants them.
+		learned := rule.LearnedOutput && !requestsOnly && f.learnOutput(pl, est, rule)
 		var pairName string
 		for pass := range 2 {
 			for i := range limits {
@@ -185,15 +192,19 @@ func (f *Filter) plan(p *Policy, r *request, est *tokens.Estimate) *plan {
 					continue
 				}
 				kind := reservation.KindOf(l.Dim)
+				cost := pl.cost[l.Dim]
+				if learned {
+					cost = (*pl.learnedCost)[l.Dim]
+				}
 				var s bucket.Spec
 				if inPair {
 					if pairName == "" {
 						pairName = name(rule, kindPair, 0)
 					}
-					s = l.Spec(pairName, pl.cost[l.Dim], r.floor)
+					s = l.Spec(pairName, cost, r.floor)
 					s.Slot = slotOf(l.Dim)
 				} else {
-					s = l.Spec(name(rule, kind, l.Window), pl.cost[l.Dim], r.floor)
+					s = l.Spec(name(rule, kind, l.Window), cost, r.floor)
 				}
 				add(s, owner{rule: rule, lim: &l.Limit, kind: kind, window: l.Window})
 			}

@@ -427,7 +427,10 @@ func (m *metadata) append(b []byte) []byte {
 		b = authzwire.AppendNumberField(b, "cache_read_tokens", float64(est.CacheRead))
 	}
 	if est.Reason != "" {
-		b = authzwire.AppendStringField(b, "estimate_reason", string(est.Reason))
+		b = authzwire.AppendStringField(b, reservation.MetadataReasonKey, string(est.Reason))
+	}
+	if est.Static > 0 {
+		b = authzwire.AppendNumberField(b, reservation.MetadataStaticKey, float64(est.Static))
 	}
 	if pl != nil {
 		// The tenant charged, as the access log may name it: its hash unless tenant.log is clear.
@@ -443,6 +446,9 @@ func (m *metadata) append(b []byte) []byte {
 		}
 		b = authzwire.AppendStringField(b, "rules", pl.ruleNames())
 		b = authzwire.AppendStringField(b, "tag", pl.enforced.Tag)
+		if pl.learnOutput {
+			b = authzwire.AppendBoolField(b, reservation.MetadataLearnOutputKey, true)
+		}
 		if len(pl.enforced.Buckets) > 0 && (m.decision == decisionAllowed || m.decision == decisionDelayed) {
 			b = appendBucketNames(b, "buckets", pl.enforced.Buckets)
 		}

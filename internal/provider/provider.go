@@ -397,6 +397,11 @@ type Profile struct {
 	// request (Anthropic: input and output); the others keep what admission counted (OpenAI's
 	// TPM), and are only charged when the usage exceeds it.
 	Settles DimensionSet
+	// OutputAsGenerated is true when the provider counts output tokens against its limits only
+	// as they are generated, never a requested maximum at admission (Gemini): a reservation of
+	// less than max_tokens (a rule's reserve_output: learned) cannot make the provider refuse
+	// what the limiter admitted. OpenAI, Azure, Anthropic and Bedrock count max_tokens up front.
+	OutputAsGenerated bool
 }
 
 // Weight is OutputWeight, 1 when unset.

@@ -55,6 +55,7 @@ type Metrics struct {
 	settledTotal *prometheus.CounterVec
 	ratio        *prometheus.HistogramVec
 	prompt       *prometheus.HistogramVec
+	staticRatio  *prometheus.HistogramVec
 	output       *prometheus.HistogramVec
 	tokens       *prometheus.CounterVec
 	held         prometheus.Gauge
@@ -76,6 +77,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_usage_ratio",
 			Help:    "Actual tokens reported by the provider over the tokens reserved at admission, per response.",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2}}, []string{"provider", "model"}),
+		staticRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_prompt_static_estimate_ratio",
+			Help:    "Prompt tokens reported by the provider over the static estimate of an estimated prompt whose error is learned (pricing.learn), per response that reports its input: the static margin's error, next to llm_ratelimit_prompt_estimate_ratio's error of the price admission charged.",
+			Buckets: []float64{0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1, 1.01, 1.05, 1.1, 1.25, 1.5, 2}}, []string{"provider", "model", "reason"}),
 		prompt: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_ratelimit_prompt_estimate_ratio",
 			Help:    "Prompt tokens reported by the provider over the prompt tokens priced at admission, per response that reports both: the prompt estimate's own error; exact is whether admission counted the prompt exactly (true, false, unknown).",
 			Buckets: []float64{0.5, 0.8, 0.9, 0.95, 0.99, 1, 1.01, 1.05, 1.1, 1.25, 1.5, 2}}, []string{"provider", "model", "exact"}),
@@ -98,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_ratelimit_spend_settled_micros_total",
 		Help: "Money the settled responses cost, in micro-units of USD, by rule of the cost limit charged: the usage's cost at the admission's price; nothing for a failed call; the reservation when no usage was reported."}, []string{"rule"})
-	reg.MustRegister(m.settledTotal, m.ratio, m.prompt, m.output, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps, m.spend)
+	reg.MustRegister(m.settledTotal, m.ratio, m.prompt, m.staticRatio, m.output, m.tokens, m.held, m.releases, m.corrections, m.errors, m.clamps, m.spend)
 	return m
 }
 
@@ -205,6 +209,14 @@ func (m *Metrics) clamped(provider, reason string) {
 	if m != nil {
 		m.clamps.WithLabelValues(provider, reason).Inc()
 	}
+}
+
+// static records the provider's input count over the static estimate of a learned prompt.
+func (m *Metrics) static(prov, model, reason string, static, input int64) {
+	if m == nil {
+		return
+	}
+	m.staticRatio.WithLabelValues(prov, m.model(model), reason).Observe(float64(input) / float64(static))
 }
 
 func (m *Metrics) error(r Reason) {

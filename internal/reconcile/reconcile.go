@@ -19,6 +19,7 @@ import (
 
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/dialects"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
@@ -78,6 +79,16 @@ type Options struct {
 	Tracer trace.Tracer
 	// Now is the clock of the settlement records. Default time.Now.
 	Now func() time.Time
+	// Learner, when set, is given the provider's input count of every successful response
+	// whose metadata carries the prompt's static estimate (reservation.MetadataStaticKey).
+	// Default: none, nothing learned.
+	Learner Learner
+}
+
+// Learner records a provider's count against the limiter's static estimate. *learn.Shared
+// implements it; Observe must not block.
+type Learner interface {
+	Observe(k learn.Key, actual, estimate int64)
 }
 
 // Server serves envoy.service.ext_proc.v3.ExternalProcessor. It is safe for concurrent use.
@@ -144,11 +155,17 @@ type stream struct {
 	rid string
 	// exact says whether admission counted the prompt exactly: "true", "false", or "unknown"
 	// when the metadata does not say (a metric label).
-	exact     string
-	malformed bool // the reservation could not be read (reported once)
-	rep       report
-	body      parser
-	settled   bool
+	exact string
+	// static and reason are the prompt's static estimate and why it was estimated, from the
+	// metadata, when admission learns its error (0 and "" otherwise).
+	static int64
+	reason string
+	// learnOutput: a rule reserves the learned output; the completion's tokens are recorded.
+	learnOutput bool
+	malformed   bool // the reservation could not be read (reported once)
+	rep         report
+	body        parser
+	settled     bool
 	// set is the settlement in force when the stream started, for all of it.
 	set *Settlement
 	// dec decodes a compressed reply into body; nil for an uncompressed one.
@@ -217,6 +234,9 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 					zap.String("reason", string(reasonMalformed)), zap.Error(err))
 			}
 			st.res, st.rid, st.exact = res, rid, exactOf(req.GetMetadataContext())
+			st.static, st.reason = staticOf(req.GetMetadataContext())
+			st.learnOutput = req.GetMetadataContext().GetFilterMetadata()[reservation.MetadataNamespace].
+				GetFields()[reservation.MetadataLearnOutputKey].GetBoolValue()
 			if st.res != nil && st.res.Lease != "" {
 				s.m.leaseHeld(1)
 			}
@@ -437,6 +457,18 @@ func exactOf(md *corev3.Metadata) string {
 	return "false"
 }
 
+// staticOf is the static prompt estimate and the estimate's reason the forwarded ext_authz
+// metadata carries when admission learns the estimate's error; 0 and "" without them, or for a
+// value out of range.
+func staticOf(md *corev3.Metadata) (int64, string) {
+	f := md.GetFilterMetadata()[reservation.MetadataNamespace].GetFields()
+	v, reason := f[reservation.MetadataStaticKey].GetNumberValue(), f[reservation.MetadataReasonKey].GetStringValue()
+	if !(v >= 1 && v <= 1e15) || reason == "" || len(reason) > 64 {
+		return 0, ""
+	}
+	return int64(v), reason
+}
+
 // exactUnknown is the exactness label of a settlement whose metadata does not say.
 const exactUnknown = "unknown"
 
@@ -637,6 +669,15 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 	}
 	if found && !failed {
 		s.m.usage(provider, r.Model, st.exact, r.Prompt, r.Output, u)
+		if st.static > 0 && u.Input > 0 {
+			s.m.static(provider, r.Model, st.reason, st.static, u.Input)
+			if s.opts.Learner != nil {
+				s.opts.Learner.Observe(learn.Key{Provider: r.Tag, Model: r.Model, Reason: st.reason}, u.Input, st.static)
+			}
+		}
+		if st.learnOutput && u.Output > 0 && s.opts.Learner != nil {
+			s.opts.Learner.Observe(learn.Key{Provider: r.Tag, Model: r.Model, Reason: learn.OutputReason}, u.Output, learn.OutputScale)
+		}
 	}
 	if ce := s.log.Check(zap.DebugLevel, "settled"); ce != nil {
 		ce.Write(zap.String("result", string(result)), zap.String("provider", provider),

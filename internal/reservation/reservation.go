@@ -29,6 +29,20 @@ const MetadataIDKey = "reservation_id"
 // estimate-error metric.
 const MetadataExactKey = "exact"
 
+// MetadataReasonKey is the field of the ext_authz dynamic metadata that names why the prompt
+// was estimated (pricing.Reason), and MetadataStaticKey the one holding the prompt's static
+// estimate when the limiter learns its error (internal/learn): the response path records the
+// provider's count against it.
+const (
+	MetadataReasonKey = "estimate_reason"
+	MetadataStaticKey = "static_prompt_tokens"
+)
+
+// MetadataLearnOutputKey is the field of the ext_authz dynamic metadata that is true when a rule
+// of the request reserves the learned output (reserve_output: learned): the response path
+// records the completion's tokens for the model.
+const MetadataLearnOutputKey = "learn_output"
+
 // Bucket kinds: what a reserved bucket counts. The check path names its buckets with the same
 // letters.
 const (

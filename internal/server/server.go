@@ -30,6 +30,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/decisionlog"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/filter"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/learn"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/reconcile"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tracing"
 )
@@ -131,9 +132,21 @@ type Server struct {
 	redis *bucket.Redis
 	// replicas discovers the live replicas through Redis; nil with the in-memory store.
 	replicas *replicas
+	// learn is the learned estimate ratios, shared through the store's Redis (else in memory).
+	learn *learn.Shared
 	// decisions is the decision log; nil when off.
 	decisions *decisionlog.Log
 }
+
+// learnRefresh is how often the learned ratios are written and read back (internal/learn), two
+// pipelines each time, off the request path: a ratio learned behind one replica prices on every
+// other within about twice this, which bounds what a sudden change of a provider's counts is
+// admitted at its old price (docs/pricing.md).
+const learnRefresh = 250 * time.Millisecond
+
+// learnTTL is how long a learned ratio no settlement wrote stays in Redis: its weight is long
+// below any sample floor by then.
+const learnTTL = 24 * time.Hour
 
 // New loads the configuration, connects the store and binds the listeners. Serve runs the
 // service; until then the caller must Close it if it gives up. On an error, New has released
@@ -163,6 +176,7 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 	}
 
 	var fallback filter.Limiter
+	var learned learn.Store = learn.NewMemory(nil)
 	if o.RedisURL == "" {
 		s.store = bucket.NewMemory(bucket.MemoryOptions{})
 		s.closer = func() error { return nil }
@@ -189,10 +203,14 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		s.redis = bucket.NewRedis(client, bucket.RedisOptions{Prefix: o.RedisPrefix, MaxBatch: o.RedisBatch})
 		s.store = s.redis
 		s.closer = client.Close
+		learned = learn.NewRedis(client, o.RedisPrefix, learnTTL)
 		s.replicas = newReplicas(s.redis, s.reg, log)
 		fallback = bucket.NewMemory(bucket.MemoryOptions{})
 		log.Info("store: redis", zap.String("prefix", o.RedisPrefix), zap.Duration("timeout", o.RedisTimeout))
 	}
+
+	s.learn = learn.NewShared(learned, learn.SharedOptions{Policy: cfg.Learn})
+	s.reg.MustRegister(learn.NewCollector(s.learn))
 
 	var frec filter.Recorder
 	var rrec reconcile.Recorder
@@ -227,6 +245,7 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		PricingSlots: o.PricingSlots,
 		Recorder:     frec,
 		Tracer:       s.tracing.Tracer(),
+		Learner:      s.learn,
 	})
 	if err != nil {
 		return nil, err
@@ -255,7 +274,7 @@ func New(o Options, log *zap.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.rec, err = reconcile.New(reconcile.Options{Store: s.store, Logger: log, Metrics: reconcile.NewMetrics(s.reg), Settlement: &set,
-		Recorder: rrec, Tracer: s.tracing.Tracer()})
+		Recorder: rrec, Tracer: s.tracing.Tracer(), Learner: s.learn})
 	if err != nil {
 		return nil, err
 	}
@@ -386,6 +405,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go s.watchStore(bg)
+	go s.learn.Run(bg, learnRefresh, func(err error) {
+		s.log.Debug("learned ratios: store unreachable, static estimates until it answers", zap.Error(err))
+	})
 	if s.opts.ConfigPath != "" {
 		go s.watchConfig(bg)
 	}
@@ -504,6 +526,7 @@ func (s *Server) watchConfig(ctx context.Context) {
 				return
 			}
 			s.filter.SetPolicy(pol)
+			s.learn.SetPolicy(c.Learn)
 			if err := s.rec.SetSettlement(set); err != nil {
 				s.log.Error("config reload: settlement rejected; the previous one stays", zap.Error(err))
 			}

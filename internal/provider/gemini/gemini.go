@@ -133,6 +133,10 @@ func (Dialect) Profile(id provider.ID, model string) provider.Profile {
 	}
 	return provider.Profile{
 		Settles: provider.DimensionSet(0).With(provider.Tokens).With(provider.InputTokens).With(provider.OutputTokens),
+		// Its limits are "Requests per minute", "Tokens per minute (input)" and "Requests per
+		// day" (ai.google.dev/gemini-api/docs/rate-limits): no maximum output is counted at
+		// admission.
+		OutputAsGenerated: true,
 	}
 }
 

@@ -45,6 +45,10 @@ type Estimate struct {
 	Exact bool
 	// Reason says why the estimate is approximate: a stable reason code ("" when Exact).
 	Reason Reason
+	// Static is the prompt estimate before a learned factor (internal/learn) was applied to
+	// PromptTokens and the cache points: set when the limiter learns this estimate's error (the
+	// filter sets it), 0 otherwise.
+	Static int64
 }
 
 // MaxCachePoints is the most breakpoints a request marks (Anthropic allows four:
@@ -75,6 +79,21 @@ func (e *Estimate) Cost() int64 { return e.PromptTokens + e.OutputTokens }
 // Reason is a stable code saying why an estimate is approximate. It is safe as a log field and
 // metric label.
 type Reason string
+
+// Learnable is true for the reasons whose estimate is a count with a margin (a stand-in
+// tokenizer, a formula for parts, tools or images), whose ratio to the provider's count
+// internal/learn may learn; false for upper bounds (unreadable bodies, deadlines, long runs,
+// unknown APIs) and for input the request does not show (stored conversations, files, caches):
+// their price is a bound by design, or a guess no ratio describes.
+func (r Reason) Learnable() bool {
+	switch r {
+	case ReasonDeclaredEstimate, ReasonUnknownModel, ReasonContentParts, ReasonImage, ReasonTools,
+		ReasonUnpricedPart, ReasonResponses, ReasonAnthropicEstimate, ReasonInvalidUTF8,
+		ReasonWrongType, ReasonGeminiEstimate:
+		return true
+	}
+	return false
+}
 
 // Reasons an estimate is approximate. When several apply, Estimate.Reason is the first found.
 const (
