@@ -77,7 +77,11 @@ def _top(stack: h.Stack) -> str:
 
 def test_dashboard_and_top_on_a_real_run(tmp_path):
     assert shutil.which("prometheus"), "prometheus is missing: scripts/deps.sh installs Debian's prometheus package"
-    stack = h.Stack("dashboard", tmp_path / "dashboard", sc.limits_yaml(RULES),
+    # Anthropic's prompts are estimated: learning them fills the learned-estimates panel.
+    limits = sc.limits_yaml(RULES).replace("pricing: {default_output_tokens: 4096}",
+                                           "pricing: {default_output_tokens: 4096, learn: {enabled: true, min_samples: 20}}")
+    assert "learn:" in limits
+    stack = h.Stack("dashboard", tmp_path / "dashboard", limits,
                     ["-openai-tpm", "100000000", "-anthropic-tpm", "100000000", "-latency", "150ms", "-completion-tokens", "40"],
                     replica_args=["-decision-log", str(tmp_path / "decisions-{i}.log")])
     prom = None
@@ -132,6 +136,7 @@ def test_dashboard_and_top_on_a_real_run(tmp_path):
     assert levels and min(levels) < 0.2, levels
     assert "usage" in names("Settlement results"), names("Settlement results")
     assert any("openai-spend" in n for n in names("Spend per rule")), names("Spend per rule")
+    assert any(n.startswith("factor anthropic") for n in names("Learned prompt estimates")), names("Learned prompt estimates")
 
     # top, under the load: the openai bucket below capacity, denials per second above zero.
     for model in (sc.OPENAI_MODEL, OTHER_MODEL):
