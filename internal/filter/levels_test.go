@@ -7,33 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// gauges returns the values of the gauge family name in reg by their labels, as samples does
-// for counters.
-func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			key := ""
-			for i, lp := range m.GetLabel() {
-				if i > 0 {
-					key += ","
-				}
-				key += lp.GetName() + "=" + lp.GetValue()
-			}
-			out[key] = m.GetGauge().GetValue()
-		}
-	}
-	return out
-}
-
 // The gauge reports, per rule, kind and window, the lowest level decisions left in any of the
 // rule's buckets (each tenant's) over the last complete interval: not before the interval
 // ends, the same to every scrape, gone once the rule has seen no decision for two intervals.
@@ -65,28 +38,28 @@ rules:
 	}
 	send("team-a", 3) // team-a's bucket: 7 of 10
 	send("team-b", 6) // team-b's: 4 of 10, the lowest
-	if got := gauges(t, reg, "llm_ratelimit_bucket_level_ratio"); len(got) != 0 {
+	if got := samples(t, reg, "llm_ratelimit_bucket_level_ratio"); len(got) != 0 {
 		t.Fatalf("gauge before the interval ended: %v", got)
 	}
 	set(start.Add(levelInterval))
 	send("team-a", 1) // the next interval's: team-a at 6 of 10
 	want := map[string]float64{"kind=requests,rule=per-tenant,window=0": 0.4}
 	for range 2 {
-		if got := gauges(t, reg, "llm_ratelimit_bucket_level_ratio"); !equalSamples(got, want) {
+		if got := samples(t, reg, "llm_ratelimit_bucket_level_ratio"); !equalSamples(got, want) {
 			t.Fatalf("gauge = %v, want %v", got, want)
 		}
 	}
 	set(start.Add(2 * levelInterval))
 	want["kind=requests,rule=per-tenant,window=0"] = 0.6
-	if got := gauges(t, reg, "llm_ratelimit_bucket_level_ratio"); !equalSamples(got, want) {
+	if got := samples(t, reg, "llm_ratelimit_bucket_level_ratio"); !equalSamples(got, want) {
 		t.Fatalf("gauge = %v, want %v", got, want)
 	}
 	set(start.Add(3 * levelInterval))
-	if got := gauges(t, reg, "llm_ratelimit_bucket_level_ratio"); len(got) != 0 {
+	if got := samples(t, reg, "llm_ratelimit_bucket_level_ratio"); len(got) != 0 {
 		t.Fatalf("gauge of an interval without decisions: %v", got)
 	}
 	set(start.Add(5 * levelInterval))
-	_ = gauges(t, reg, "llm_ratelimit_bucket_level_ratio")
+	_ = samples(t, reg, "llm_ratelimit_bucket_level_ratio")
 	m.levels.mu.RLock()
 	n := len(m.levels.slots)
 	m.levels.mu.RUnlock()

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// samples returns the samples of the metric family name in reg, each as its labels
-// ("k=v,k=v", sorted) mapped to its value.
+// samples returns the samples of the metric family name in reg (counters or gauges), each as
+// its labels ("k=v,k=v", sorted) mapped to its value.
 func samples(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -27,7 +27,11 @@ func samples(t *testing.T, reg *prometheus.Registry, name string) map[string]flo
 				ls = append(ls, lp.GetName()+"="+lp.GetValue())
 			}
 			sort.Strings(ls)
-			out[strings.Join(ls, ",")] = m.GetCounter().GetValue()
+			v := m.GetCounter().GetValue()
+			if m.Gauge != nil {
+				v = m.GetGauge().GetValue()
+			}
+			out[strings.Join(ls, ",")] = v
 		}
 	}
 	return out
