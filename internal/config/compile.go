@@ -705,28 +705,7 @@ func compileAmount(a *Amount, key string) (*Limit, error) {
 		bad("burst", "applies to token_bucket only")
 	}
 	if l.Algorithm == bucket.Quota {
-		switch a.Period {
-		case "day":
-			l.Calendar = bucket.Day
-		case "month":
-			l.Calendar = bucket.Month
-		default:
-			bad("period", "%q: a quota resets per calendar day or month", a.Period)
-		}
-		if a.Timezone != "" {
-			// An IANA name, read from the system's zoneinfo or Go's embedded copy (cmd/ext-authz
-			// imports time/tzdata), with its daylight-saving rules: the store computes each
-			// period's boundaries from them.
-			z, err := time.LoadLocation(a.Timezone)
-			switch {
-			case err != nil:
-				bad("timezone", "%q is not an IANA time zone (like America/Los_Angeles): %v", a.Timezone, err)
-			case a.Timezone == "Local":
-				bad("timezone", "Local depends on the host: name the zone (like America/Los_Angeles)")
-			default:
-				l.Zone = z
-			}
-		}
+		l.Calendar, l.Zone = calendar(a.Period, a.Timezone, "a quota resets per calendar day or month", bad)
 	} else {
 		if a.Timezone != "" {
 			bad("timezone", "applies to algorithm: quota only (calendar periods)")
@@ -756,4 +735,33 @@ func compileAmount(a *Amount, key string) (*Limit, error) {
 		return nil, errors.Join(errs...)
 	}
 	return l, nil
+}
+
+// calendar reads a calendar period (day or month; otherwise bad reports the period with why)
+// and its time zone: an IANA name, read from the system's zoneinfo or Go's embedded copy
+// (cmd/ext-authz imports time/tzdata), with its daylight-saving rules, from which the store
+// computes each period's boundaries; nil (UTC) when zone is empty or invalid.
+func calendar(period, zone, why string, bad func(k, format string, args ...any)) (bucket.Calendar, *time.Location) {
+	var c bucket.Calendar
+	switch period {
+	case "day":
+		c = bucket.Day
+	case "month":
+		c = bucket.Month
+	default:
+		bad("period", "%q: %s", period, why)
+	}
+	if zone == "" {
+		return c, nil
+	}
+	z, err := time.LoadLocation(zone)
+	switch {
+	case err != nil:
+		bad("timezone", "%q is not an IANA time zone (like America/Los_Angeles): %v", zone, err)
+	case zone == "Local":
+		bad("timezone", "Local depends on the host: name the zone (like America/Los_Angeles)")
+	default:
+		return c, z
+	}
+	return c, nil
 }

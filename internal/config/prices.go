@@ -211,25 +211,7 @@ func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, flo
 	if cs.Currency != Currency {
 		bad("currency", "%q: the price table is in %s", cs.Currency, Currency)
 	}
-	switch cs.Period {
-	case "day":
-		l.Calendar = bucket.Day
-	case "month":
-		l.Calendar = bucket.Month
-	default:
-		bad("period", "%q is not day or month (a calendar period, renewed at its start in timezone)", cs.Period)
-	}
-	if cs.Timezone != "" {
-		z, err := time.LoadLocation(cs.Timezone)
-		switch {
-		case err != nil:
-			bad("timezone", "%q is not an IANA time zone (like Europe/Paris): %v", cs.Timezone, err)
-		case cs.Timezone == "Local":
-			bad("timezone", "Local depends on the host: name the zone (like Europe/Paris)")
-		default:
-			l.Zone = z
-		}
-	}
+	l.Calendar, l.Zone = calendar(cs.Period, cs.Timezone, "a money budget renews per calendar day or month, at its start in timezone", bad)
 	// A rule naming one model must find its price now: a request to it would otherwise be
 	// refused at every call.
 	if model != "" && !strings.ContainsAny(model, "*?") {

@@ -117,7 +117,7 @@ tenant_plans: {default: free}
 		`prices[2].date: "yesterday" is not a date`,
 		`rules[0].cost.limit: must be above zero`,
 		`rules[1].cost.currency: "EUR": the price table is in USD`,
-		`rules[1].cost.period: "week" is not day or month`,
+		`rules[1].cost.period: "week": a money budget renews per calendar day or month`,
 		`rules[1].cost.timezone: "Mars/Olympus" is not an IANA time zone`,
 		`rules[2].cost.limit: no price for model "unlisted-model"`,
 		`rules[3].cost: a rule with limits_from: plan`,
