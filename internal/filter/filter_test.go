@@ -23,6 +23,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/config"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/provider/openai"
+	"github.com/llm-ratelimit/llm-ratelimit/internal/reservation"
 	"github.com/llm-ratelimit/llm-ratelimit/internal/tokens"
 )
 
@@ -401,4 +402,14 @@ func TestResetString(t *testing.T) {
 			t.Errorf("resetString(%v) = %q, want %q", d, got, want)
 		}
 	}
+}
+
+// reservationOf decodes the reservation an admitted response carries in its metadata.
+func reservationOf(t testing.TB, resp *authv3.CheckResponse) *reservation.Reservation {
+	t.Helper()
+	r, err := reservation.Decode(resp.GetDynamicMetadata().GetFields()[reservation.MetadataKey].GetStringValue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

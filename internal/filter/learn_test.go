@@ -49,10 +49,7 @@ func learnedPrompt(t *testing.T, e *env, model string) (prompt, cost, static int
 		t.Fatalf("decision %q", d)
 	}
 	md := resp.GetDynamicMetadata().GetFields()
-	r, err := reservation.Decode(md[reservation.MetadataKey].GetStringValue())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := reservationOf(t, resp)
 	for _, b := range r.Buckets {
 		if b.Kind == reservation.KindInput {
 			cost = b.Spec.Cost
@@ -206,10 +203,7 @@ rules:
 			t.Fatalf("decision %q", d)
 		}
 		md := resp.GetDynamicMetadata().GetFields()
-		r, err := reservation.Decode(md[reservation.MetadataKey].GetStringValue())
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := reservationOf(t, resp)
 		for _, b := range r.Buckets {
 			switch {
 			case b.Kind != reservation.KindOutput:

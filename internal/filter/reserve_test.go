@@ -33,10 +33,7 @@ credentials: {injected: true}
 		if d := decision(resp); d != decisionAllowed {
 			t.Fatalf("decision %q, want allowed", d)
 		}
-		r, err := reservation.Decode(resp.GetDynamicMetadata().GetFields()[reservation.MetadataKey].GetStringValue())
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := reservationOf(t, resp)
 		held = append(held, r)
 	}
 	r := held[0]
@@ -103,10 +100,7 @@ credentials: {salt: pepper, sha256: ["` + hex.EncodeToString(sum[:]) + `"]}
 				req.Attributes.Request.Http.Headers[k] = v
 			}
 			resp := e.answer(t, context.Background(), req).Response()
-			r, err := reservation.Decode(resp.GetDynamicMetadata().GetFields()[reservation.MetadataKey].GetStringValue())
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := reservationOf(t, resp)
 			if got := r.Buckets[0].Feedback; got != tc.want {
 				t.Errorf("feedback %v, want %v", got, tc.want)
 			}

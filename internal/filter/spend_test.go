@@ -75,10 +75,7 @@ func TestSpendBudget(t *testing.T) {
 			break
 		}
 		md := resp.GetDynamicMetadata().GetFields()
-		r, err := reservation.Decode(md["reservation"].GetStringValue())
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := reservationOf(t, resp)
 		if r.Price == nil || r.Price.Input != 2_500_000 || r.Price.Output != 10_000_000 {
 			t.Fatalf("reservation price %+v", r.Price)
 		}
