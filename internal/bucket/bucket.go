@@ -160,6 +160,10 @@ type Result struct {
 	// Blocking is the index in Request.Buckets of the bucket that limits the decision (the longest
 	// wait, or the one that can never fit); -1 when allowed.
 	Blocking int
+	// At is the store's time the decision counts at (Redis TIME, the Memory store's clock): the
+	// decision's time, plus Wait when Delayed. A SlidingWindow counts the cost in the sub-window
+	// holding At; Adjustment.At takes it to refund the cost there.
+	At time.Time
 	// Buckets holds the state of each bucket, in Request order.
 	Buckets []State
 }
@@ -173,6 +177,13 @@ type Adjustment struct {
 	// Lease is the lease that a positive Delta releases on a Concurrency bucket. Every
 	// adjustment of one call names the same lease (or none).
 	Lease string
+	// At is the Result.At of the Take whose cost a positive Delta gives back. A SlidingWindow
+	// takes the refund from the sub-window holding At, then from older ones, never from a newer
+	// one (which would under-count the window once At's sub-window has left it); nothing is
+	// given back of a cost whose sub-window has left the window. Zero (unknown) refunds the
+	// most recent sub-windows first. Every adjustment of one call that names an At names the
+	// same one.
+	At time.Time
 }
 
 // Level is what a provider reports of one bucket: Remaining tokens (or requests) as of now.

@@ -20,6 +20,9 @@
 --               op        T = take, A = adjust, L = lower, P = peek (read only: writes nothing,
 --                         creates no key, changes no expiry); any other is the call's error
 --               keys      how many of KEYS the call's buckets are in (token buckets may share one)
+--               max_wait  take: the longest wait the caller accepts; adjust: the time a sliding
+--                         window counted the charge being refunded (a take's at_us), 0 unknown;
+--                         otherwise 0
 --               lease     the in-flight lease id of the call's concurrency buckets, '-' for none
 --               alg       t = token bucket, s = sliding window, d = daily quota, m = monthly quota,
 --                         c = concurrency (period_us is the lease's time to live; for a quota it
@@ -39,13 +42,15 @@
 -- Reply: an array with one reply per call, in order. A call's error (a key of another type, say)
 -- is its own reply, an error; the other calls are decided all the same. Malformed arguments,
 -- which leave the calls' keys unknown, fail the whole run.
--- Reply (take): 3 + 4 x n little-endian int64s in one string (struct '<i8...'; numbers are
+-- Reply (take): 4 + 4 x n little-endian int64s in one string (struct '<i8...'; numbers are
 -- truncated toward zero, as Redis truncates Lua numbers in replies), cheaper to build and to
 -- read than an array of integers:
---   outcome, blocking, wait_us, then per bucket: remaining, capacity, reset_us, wait_us
+--   outcome, blocking, wait_us, at_us, then per bucket: remaining, capacity, reset_us, wait_us
 --   outcome   0 allowed, 1 delayed (debited; proceed after wait_us), 2 denied (nothing debited;
 --             retry after wait_us), 3 impossible (nothing debited; a cost exceeds capacity - reserve)
 --   blocking  0-based index of the bucket with the longest wait (or the first impossible one), -1
+--   at_us     the time the call counts at: now, plus wait_us when delayed (where a sliding window
+--             counts the cost, and where an adjust's refund of it must land)
 --   remaining the level after the call, rounded down (negative while in debt)
 --   reset_us  time until the bucket is full again; for a quota, until the next period starts
 --   wait_us   time until that bucket alone could pay; the top-level wait_us is their maximum
@@ -633,13 +638,20 @@ local function call(ci, base, n, nkeys, pos, op, max_wait, lease)
             if d < 0 then
               slot_add(i, now, -d)
             else
-              -- A refund gives back the most recent admissions first.
-              local subs = SUBS[i]
+              -- A refund leaves the sub-window its charge was counted in (at, max_wait's
+              -- place), then older ones, never a newer one: that would under-count the window
+              -- once the charge's own sub-window leaves it. A charge whose sub-window has left
+              -- the window already has nothing to give back. at unknown (0): the most recent
+              -- sub-windows first.
+              local subs, last = SUBS[i], nil
+              if max_wait > 0 then last = floor(max_wait / SW[i]) end
               for x = #subs, 1, -1 do
                 if d <= 0 then break end
                 local s = subs[x]
-                local take = mmin(s[2], d)
-                s[2], s[3], d, SUM[i] = s[2] - take, true, d - take, SUM[i] - take
+                if last == nil or s[1] <= last then
+                  local take = mmin(s[2], d)
+                  s[2], s[3], d, SUM[i] = s[2] - take, true, d - take, SUM[i] - take
+                end
               end
             end
           else
@@ -756,8 +768,10 @@ local function call(ci, base, n, nkeys, pos, op, max_wait, lease)
     if shared then flush(n) end
   end
 
-  OUT[1], OUT[2], OUT[3] = outcome, blocking, wait
-  local o = 3
+  local at = now
+  if outcome == 1 then at = now + wait end
+  OUT[1], OUT[2], OUT[3], OUT[4] = outcome, blocking, wait, at
+  local o = 4
   for i = 1, n do
     local cap, alg = CAP[i], ALG[i]
     if alg == 't' or alg == 'g' then

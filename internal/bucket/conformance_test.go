@@ -87,6 +87,7 @@ var conformance = []struct {
 	{"priority_floor", testPriorityFloor},
 	{"adjust/token_bucket", testAdjustTokenBucket},
 	{"adjust/sliding_window", testAdjustSlidingWindow},
+	{"adjust/sliding_window_at", testAdjustSlidingWindowAt},
 	{"adjust/quota", testAdjustQuota},
 	{"money_budget", testMoneyBudget},
 	{"cost_zero_and_debt", testCostZeroAndDebt},
@@ -101,9 +102,12 @@ var conformance = []struct {
 }
 
 // check compares a result with want; durations may differ by one microsecond, the resolution of
-// the clocks, since waits are rounded up from floats.
+// the clocks, since waits are rounded up from floats. Result.At is compared when want names one.
 func check(t *testing.T, what string, got, want Result) {
 	t.Helper()
+	if want.At.IsZero() {
+		got.At = time.Time{}
+	}
 	opt := cmp.Comparer(func(a, b time.Duration) bool {
 		d := a - b
 		return d >= -time.Microsecond && d <= time.Microsecond
@@ -517,6 +521,53 @@ func testAdjustSlidingWindow(t *testing.T, s store, clk *clock) {
 	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 100})
 	if got := remaining(t, s, "p", spec); got != 10 {
 		t.Fatalf("after refunding everything: remaining %d, want 10", got)
+	}
+}
+
+// testAdjustSlidingWindowAt refunds into the sub-window where the cost was counted (Result.At),
+// not into a newer one: when that sub-window leaves the window, what stays counted is exactly
+// what was not refunded.
+func testAdjustSlidingWindowAt(t *testing.T, s store, clk *clock) {
+	spec := slidingWindow("rpm", 10, 10*time.Second, 6)
+	first := take(t, s, req(spec))
+	if !first.At.Equal(t0) {
+		t.Fatalf("first take counted at %v, want %v", first.At, t0)
+	}
+	clk.Advance(2 * time.Second)
+	if second := take(t, s, req(with(spec, 3))); !second.At.Equal(t0.Add(2 * time.Second)) {
+		t.Fatalf("second take counted at %v, want %v", second.At, t0.Add(2*time.Second))
+	}
+	// 4 of the first take's 6 come back from its own sub-window: 2 and 3 stay counted.
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 4, At: first.At})
+	if got := remaining(t, s, "p", spec); got != 5 {
+		t.Fatalf("after the refund: remaining %d, want 5", got)
+	}
+	// The first take's sub-window leaves the window: the second's 3 stay (refunded from the
+	// newest sub-window, the window would now count nothing and admit 3 more than its limit).
+	clk.Advance(9 * time.Second)
+	if got := remaining(t, s, "p", spec); got != 7 {
+		t.Fatalf("once the first sub-window has left: remaining %d, want 7", got)
+	}
+	// A refund of a cost whose sub-window has left gives nothing back.
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 2, At: first.At})
+	if got := remaining(t, s, "p", spec); got != 7 {
+		t.Fatalf("refund of a cost that has left the window: remaining %d, want 7", got)
+	}
+	// A reservation is counted where it proceeds, and refunded there.
+	res := take(t, s, &Request{Tag: "p", Buckets: []Spec{with(spec, 10)}, MaxWait: 20 * time.Second})
+	if res.Outcome != Delayed || !res.At.Equal(t0.Add(11*time.Second+res.Wait)) {
+		t.Fatalf("reservation: %v counted at %v after %v, want delayed, counted when it proceeds", res.Outcome, res.At, res.Wait)
+	}
+	clk.Advance(res.Wait)
+	adjust(t, s, "p", Adjustment{Spec: spec, Delta: 10, At: res.At})
+	if got := remaining(t, s, "p", spec); got != 10 {
+		t.Fatalf("after refunding the reservation: remaining %d, want 10", got)
+	}
+	// One call refunds what was counted at one time.
+	other := slidingWindow("rpm2", 10, 10*time.Second, 0)
+	err := s.Adjust(context.Background(), "p", []Adjustment{{Spec: spec, Delta: 1, At: first.At}, {Spec: other, Delta: 1, At: res.At}})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("two times in one adjust: %v, want ErrInvalid", err)
 	}
 }
 

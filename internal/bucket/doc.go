@@ -29,7 +29,10 @@
 // a zero cost, until the debt is repaid.
 //
 // Adjust corrects buckets after the fact, for reconciliation with the usage a provider reports:
-// a positive Delta refunds (never above capacity), a negative one charges extra (into debt).
+// a positive Delta refunds (never above capacity), a negative one charges extra (into debt). A
+// sliding window's refund leaves the sub-window the cost was counted in (Adjustment.At, the
+// take's Result.At) and never a newer one, so that what stays counted leaves the window when the
+// cost would have.
 // Lower applies a provider's own report: a bucket holding more than the provider says remains is
 // charged the difference, one holding less is left alone, so a report never raises a bucket (and
 // never above its configured limit). A provider 429 with retry-after r pauses a token bucket for
@@ -65,7 +68,8 @@
 //     so it never admits more than Limit in any rolling Period; the error is one-sided: an
 //     admission leaves the window between Period and Period + Period/10 after it was made, so a
 //     wait can be up to Period/10 longer than an exact log's. Tests check both bounds against an
-//     exact log. A reservation is counted in the sub-window where it proceeds.
+//     exact log. A reservation is counted in the sub-window where it proceeds (Result.At), and
+//     refunded there.
 //   - Quota: at most Limit per calendar period, UTC day or month, reset at the boundary (civil
 //     dates computed in the script, valid to the year 2255). Debt carries over: a quota charged
 //     beyond its limit starts the next periods with the excess, and a reservation may be denied

@@ -127,7 +127,11 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 		}
 	}
 
-	res := Result{Outcome: outcome, Wait: durationUS(int64(wait)), Blocking: blocking, Buckets: make([]State, len(bs))}
+	at := now
+	if outcome == Delayed {
+		at += wait
+	}
+	res := Result{Outcome: outcome, Wait: durationUS(int64(wait)), Blocking: blocking, At: time.UnixMicro(int64(at)), Buckets: make([]State, len(bs))}
 	for i := range bs {
 		b := &bs[i]
 		res.Buckets[i] = State{
@@ -142,13 +146,14 @@ func (m *Memory) Take(ctx context.Context, req *Request) (Result, error) {
 
 // Adjust applies adj like Redis.Adjust.
 func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error {
-	lease, err := validateAdjustments(adj)
+	lease, at, err := validateAdjustments(adj)
 	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	last := math.Inf(1) // the newest sub-window index a refund may take from
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clock := m.now()
@@ -176,8 +181,15 @@ func (m *Memory) Adjust(ctx context.Context, tag string, adj []Adjustment) error
 				b.slotAdd(now, -d)
 				break
 			}
-			// A refund gives back the most recent admissions first.
+			// A refund leaves the sub-window its cost was counted in, then older ones (see
+			// Adjustment.At); at unknown, the most recent first.
+			if !at.IsZero() {
+				last = math.Floor(float64(at.UnixMicro()) / b.w)
+			}
 			for x := len(b.slots) - 1; x >= 0 && d > 0; x-- {
+				if b.slots[x].idx > last {
+					continue
+				}
 				take := min(b.slots[x].amount, d)
 				b.slots[x].amount -= take
 				d -= take

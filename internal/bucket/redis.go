@@ -93,14 +93,18 @@ func (s *Redis) Take(ctx context.Context, req *Request) (Result, error) {
 // capacity), a negative one charges (into debt if need be). tag must be the Request.Tag the
 // buckets were taken under.
 func (s *Redis) Adjust(ctx context.Context, tag string, adj []Adjustment) error {
-	lease, err := validateAdjustments(adj)
+	lease, at, err := validateAdjustments(adj)
 	if err != nil {
 		return err
 	}
 	spec := func(i int) *Spec { return &adj[i].Spec }
 	keys := s.keys(tag, len(adj), spec)
 	var buf [512]byte
-	a := appendHeader(buf[:0], 'A', len(keys), 0, lease)
+	var atUS time.Duration
+	if !at.IsZero() {
+		atUS = time.Duration(at.UnixMicro()) * time.Microsecond
+	}
+	a := appendHeader(buf[:0], 'A', len(keys), atUS, lease)
 	now := s.clock()
 	for i := range adj {
 		a = appendParams(a, paramsOf(&adj[i].Spec, adj[i].Delta, now), continues(spec, i))
@@ -225,8 +229,9 @@ func appendTake(a []byte, req *Request, nkeys int, now time.Time) []byte {
 }
 
 // appendHeader appends the call's header in the script's format (struct '<c1Bddc0'): the
-// operation, the number of keys (at most MaxBuckets), max_wait in microseconds, then the lease's
-// length and bytes ("-" for none).
+// operation, the number of keys (at most MaxBuckets), max_wait in microseconds (an adjust's:
+// the time its refunds were counted at, since the epoch), then the lease's length and bytes
+// ("-" for none).
 func appendHeader(a []byte, op byte, nkeys int, maxWait time.Duration, lease string) []byte {
 	if lease == "" {
 		lease = "-"
@@ -354,26 +359,27 @@ func appendParams(a []byte, p params, cont bool) []byte {
 	return a
 }
 
-// parseTake decodes the script's take reply (3 + 4n little-endian int64s), checking its size
+// parseTake decodes the script's take reply (4 + 4n little-endian int64s), checking its size
 // and ranges.
 func parseTake(v any, n int) (Result, error) {
 	raw, ok := v.(string)
-	if !ok || len(raw) != 8*(3+4*n) {
-		return Result{}, fmt.Errorf("%w: take returned %T of %d bytes, want %d", ErrReply, v, lenOf(v), 8*(3+4*n))
+	if !ok || len(raw) != 8*(4+4*n) {
+		return Result{}, fmt.Errorf("%w: take returned %T of %d bytes, want %d", ErrReply, v, lenOf(v), 8*(4+4*n))
 	}
 	num := func(i int) int64 { return int64(binary.LittleEndian.Uint64([]byte(raw[8*i : 8*i+8]))) }
-	out, blocking, wait := num(0), num(1), num(2)
-	if out < int64(Allowed) || out > int64(Impossible) || blocking < -1 || blocking >= int64(n) || wait < 0 {
-		return Result{}, fmt.Errorf("%w: take reply header %d %d %d out of range", ErrReply, out, blocking, wait)
+	out, blocking, wait, at := num(0), num(1), num(2), num(3)
+	if out < int64(Allowed) || out > int64(Impossible) || blocking < -1 || blocking >= int64(n) || wait < 0 || at < 0 {
+		return Result{}, fmt.Errorf("%w: take reply header %d %d %d %d out of range", ErrReply, out, blocking, wait, at)
 	}
 	res := Result{
 		Outcome:  Outcome(out),
 		Wait:     durationUS(wait),
 		Blocking: int(blocking),
+		At:       time.UnixMicro(at),
 		Buckets:  make([]State, n),
 	}
 	for i := range n {
-		j := 3 + 4*i
+		j := 4 + 4*i
 		res.Buckets[i] = State{
 			Remaining: num(j),
 			Limit:     num(j + 1),

@@ -185,32 +185,42 @@ func validLease(id string) bool {
 }
 
 // validateAdjustments checks adj and returns the lease they release ("" for none).
-func validateAdjustments(adj []Adjustment) (string, error) {
+// validateAdjustments checks adj and returns the lease it releases ("" for none) and the time
+// its refunds were counted at (zero when unknown), which every adjustment naming one shares.
+func validateAdjustments(adj []Adjustment) (lease string, at time.Time, err error) {
 	if len(adj) == 0 || len(adj) > MaxBuckets {
-		return "", fmt.Errorf("%w: %d adjustments, want 1..%d", ErrInvalid, len(adj), MaxBuckets)
+		return "", at, fmt.Errorf("%w: %d adjustments, want 1..%d", ErrInvalid, len(adj), MaxBuckets)
 	}
-	lease := ""
 	for i := range adj {
 		a := &adj[i]
 		if err := a.validate(a.Delta, true); err != nil {
-			return "", err
+			return "", at, err
 		}
 		if a.Lease != "" {
 			if !validLease(a.Lease) {
-				return "", fmt.Errorf("%w: lease %q is not 1 to 64 of [A-Za-z0-9_-]", ErrInvalid, a.Lease)
+				return "", at, fmt.Errorf("%w: lease %q is not 1 to 64 of [A-Za-z0-9_-]", ErrInvalid, a.Lease)
 			}
 			if lease != "" && lease != a.Lease {
-				return "", fmt.Errorf("%w: one call releases one lease, not %q and %q", ErrInvalid, lease, a.Lease)
+				return "", at, fmt.Errorf("%w: one call releases one lease, not %q and %q", ErrInvalid, lease, a.Lease)
 			}
 			lease = a.Lease
 		}
+		if !a.At.IsZero() {
+			if a.At.UnixMicro() <= 0 {
+				return "", at, fmt.Errorf("%w: adjustment of %q counted at %v, before 1970", ErrInvalid, a.Name, a.At)
+			}
+			if !at.IsZero() && !at.Equal(a.At) {
+				return "", at, fmt.Errorf("%w: one call refunds what was counted at one time, not %v and %v", ErrInvalid, at, a.At)
+			}
+			at = a.At
+		}
 		for j := range i {
 			if sameBucket(&adj[j].Spec, &a.Spec) {
-				return "", fmt.Errorf("%w: bucket %q adjusted twice", ErrInvalid, a.Name)
+				return "", at, fmt.Errorf("%w: bucket %q adjusted twice", ErrInvalid, a.Name)
 			}
 		}
 	}
-	return lease, nil
+	return lease, at, nil
 }
 
 func validateLevels(lv []Level) error {

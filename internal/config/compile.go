@@ -455,9 +455,6 @@ func (f *File) compile(dir string) (*Config, error) {
 				if r.Refund && !planTokenish(pl) {
 					bad(key+".refund", "plans.%s has no tokens, input_tokens or output_tokens: refunds give tokens back", pl.Name)
 				}
-				if r.Refund && planSliding(pl) {
-					bad(key+".refund", "plans.%s has a sliding window, which keeps its reservations: use token_bucket or quota to refund", pl.Name)
-				}
 			}
 		}
 		if j, dup := seen[r.Name]; dup {
@@ -589,7 +586,7 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	default:
 		bad("reserve_output", "%q is not max_tokens or learned", r.ReserveOutput)
 	}
-	lims, lerrs := compileLimits(dimsOf(&r.Tokens, &r.InputTokens, &r.OutputTokens, &r.Requests), key, r.Refund)
+	lims, lerrs := compileLimits(dimsOf(&r.Tokens, &r.InputTokens, &r.OutputTokens, &r.Requests), key)
 	errs = append(errs, lerrs...)
 	out.Limits = lims
 	if r.Cost != nil {
@@ -623,9 +620,8 @@ func dimsOf(tokens, input, output, requests *Amounts) [4]dimAmounts {
 	}
 }
 
-// compileLimits compiles the windows of each dimension; key is the rule's or plan's path, refund
-// the rule's refund (a sliding window cannot give a reservation back).
-func compileLimits(dims [4]dimAmounts, key string, refund bool) ([]DimLimit, []error) {
+// compileLimits compiles the windows of each dimension; key is the rule's or plan's path.
+func compileLimits(dims [4]dimAmounts, key string) ([]DimLimit, []error) {
 	var errs []error
 	var out []DimLimit
 	for _, x := range dims {
@@ -637,11 +633,6 @@ func compileLimits(dims [4]dimAmounts, key string, refund bool) ([]DimLimit, []e
 			k := key + "." + x.d.String()
 			if len(x.a) > 1 {
 				k = fmt.Sprintf("%s[%d]", k, w)
-			}
-			if refund && x.d != provider.Requests && x.a[w].Algorithm == "sliding_window" {
-				// A refund must leave the sub-window the reservation was admitted in; any other
-				// one would under-count the window until it leaves it.
-				errs = append(errs, fmt.Errorf("%s.refund: a sliding window keeps its reservations (%s): use token_bucket or quota to refund", key, k))
 			}
 			l, err := compileAmount(&x.a[w], k)
 			if err != nil {
@@ -664,15 +655,6 @@ func validName(s string) bool {
 func planTokenish(p *Plan) bool {
 	for _, l := range p.Limits {
 		if l.Dim != provider.Requests {
-			return true
-		}
-	}
-	return false
-}
-
-func planSliding(p *Plan) bool {
-	for _, l := range p.Limits {
-		if l.Dim != provider.Requests && l.Algorithm == bucket.SlidingWindow {
 			return true
 		}
 	}

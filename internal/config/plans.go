@@ -189,7 +189,7 @@ func (f *File) compilePlans(c *Config, dir string, bad func(key, format string, 
 			bad(key, "the plan's name must be 1 to 64 of [A-Za-z0-9._-]")
 		}
 		spec := f.Plans[name]
-		lims, lerrs := compileLimits(dimsOf(&spec.Tokens, &spec.InputTokens, &spec.OutputTokens, &spec.Requests), key, false)
+		lims, lerrs := compileLimits(dimsOf(&spec.Tokens, &spec.InputTokens, &spec.OutputTokens, &spec.Requests), key)
 		errs = append(errs, lerrs...)
 		if len(lims) == 0 && len(lerrs) == 0 {
 			bad(key, "a plan needs tokens, input_tokens, output_tokens or requests")

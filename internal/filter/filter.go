@@ -395,7 +395,7 @@ func (f *Filter) CheckBytes(ctx context.Context, data []byte) (a *Answer, err er
 		span.End()
 		if slept != nil {
 			// Envoy gave up on the request: give the reservation back.
-			f.refund(p, &pl.enforced)
+			f.refund(p, &pl.enforced, res.At)
 			f.m.error(reasonHoldCanceled)
 			return nil, status.FromContextError(slept).Err()
 		}
@@ -824,11 +824,12 @@ func scaleDown(specs []bucket.Spec, n int) []bucket.Spec {
 	return out
 }
 
-// refund gives a reservation back after the request was abandoned.
-func (f *Filter) refund(p *Policy, req *bucket.Request) {
+// refund gives a reservation back after the request was abandoned; at is where the store
+// counted it (bucket.Result.At).
+func (f *Filter) refund(p *Policy, req *bucket.Request, at time.Time) {
 	adj := make([]bucket.Adjustment, len(req.Buckets))
 	for i, s := range req.Buckets {
-		adj[i] = bucket.Adjustment{Spec: s, Delta: s.Cost}
+		adj[i] = bucket.Adjustment{Spec: s, Delta: s.Cost, At: at}
 		if s.Algorithm == bucket.Concurrency {
 			adj[i].Lease = req.Lease
 		}

@@ -51,6 +51,9 @@ func (pl *plan) reservation(est *tokens.Estimate, buf []reservation.Bucket) (r r
 		r.Buckets = make([]reservation.Bucket, n)
 	}
 	for i, s := range pl.enforced.Buckets {
+		if s.Algorithm == bucket.SlidingWindow {
+			r.At = pl.result.At
+		}
 		b := &r.Buckets[i]
 		*b = reservation.Bucket{Spec: s}
 		b.Spec.Floor = 0

@@ -115,3 +115,28 @@ credentials: {salt: pepper, sha256: ["` + hex.EncodeToString(sum[:]) + `"]}
 		t.Errorf("injected: %+v %v, want feedback", r, err)
 	}
 }
+
+// A reservation in a sliding window carries where the store counted it, so that the response
+// path refunds into that sub-window; one without a sliding window carries no time.
+func TestReservationCarriesWhereSlidingWindowsCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, `rules:
+  - name: rolling
+    match: {provider: openai}
+    tokens: {limit: 100000, period: hour, algorithm: sliding_window}
+    refund: true
+  - name: steady
+    match: {provider: anthropic}
+    tokens: {limit: 100000, period: minute}
+`, Options{})
+	r := reservationOf(t, e.check(t, "chat"))
+	if want := e.clock.Now(); !r.At.Equal(want) {
+		t.Errorf("sliding window: counted at %v, want the decision's %v", r.At, want)
+	}
+	if !r.Buckets[0].Refund || r.Buckets[0].Spec.Algorithm != bucket.SlidingWindow {
+		t.Errorf("bucket %+v, want a refundable sliding window", r.Buckets[0])
+	}
+	if r := reservationOf(t, e.check(t, "messages")); !r.At.IsZero() {
+		t.Errorf("token bucket: counted at %v, want no time", r.At)
+	}
+}

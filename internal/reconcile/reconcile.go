@@ -626,7 +626,7 @@ func (s *Server) settle(st *stream, u provider.Usage, found bool) {
 			}
 		}
 		if d != 0 {
-			adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: d})
+			adj = append(adj, bucket.Adjustment{Spec: b.Spec, Delta: d, At: r.At})
 			if d > 0 {
 				refund[dim] = max(refund[dim], d)
 			} else {

@@ -34,9 +34,12 @@ type clock struct {
 
 func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
+
 // env is a reconcile server on a loopback gRPC port over a Memory store on a frozen clock.
 type env struct {
 	store  *bucket.Memory
+	clk    *clock
 	client extprocv3.ExternalProcessorClient
 	// provider is the reservation's tag, whose dialect reads the response ("openai" unless set).
 	provider string
@@ -75,7 +78,7 @@ func newEnvWith(t *testing.T, wrap func(Store) Store, opts ...func(*Options)) *e
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &env{store: store, client: extprocv3.NewExternalProcessorClient(conn), provider: "openai"}
+	return &env{store: store, clk: clk, client: extprocv3.NewExternalProcessorClient(conn), provider: "openai"}
 }
 
 var (
@@ -95,15 +98,22 @@ func (e *env) reserve(t *testing.T, feedback bool) *reservation.Reservation {
 	return e.hold(t, r)
 }
 
-// hold debits r's buckets as the check path would have.
+// hold debits r's buckets as the check path would have, and keeps where a sliding window
+// counted them.
 func (e *env) hold(t *testing.T, r *reservation.Reservation) *reservation.Reservation {
 	t.Helper()
 	req := &bucket.Request{Tag: r.Tag, Lease: r.Lease}
+	sliding := false
 	for _, b := range r.Buckets {
 		req.Buckets = append(req.Buckets, b.Spec)
+		sliding = sliding || b.Spec.Algorithm == bucket.SlidingWindow
 	}
-	if res, err := e.store.Take(context.Background(), req); err != nil || res.Outcome != bucket.Allowed {
+	res, err := e.store.Take(context.Background(), req)
+	if err != nil || res.Outcome != bucket.Allowed {
 		t.Fatalf("Take: %+v %v", res, err)
+	}
+	if sliding {
+		r.At = res.At
 	}
 	return r
 }
@@ -230,6 +240,31 @@ func TestSettle(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A sliding window's refund lands in the sub-window its reservation was counted in: once that
+// sub-window leaves the window, what the later requests took is still counted, all of it.
+func TestSlidingWindowRefundLandsWhereCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sw := bucket.Spec{Name: "sw", Algorithm: bucket.SlidingWindow, Limit: 10000, Period: time.Minute}
+	reserve := func() *reservation.Reservation {
+		return e.hold(t, &reservation.Reservation{Tag: "openai", Model: "gpt-4o", Prompt: 200, Output: 800,
+			Buckets: []reservation.Bucket{{Kind: reservation.KindTokens, Refund: true, Spec: withCost(sw, 1000)}}})
+	}
+	first := reserve()
+	e.clk.Advance(30 * time.Second)
+	reserve()
+	// The first request used 300 of its 1000: 700 come back from its own sub-window.
+	e.run(t, first, true, headers(":status", "200", "content-type", "application/json"),
+		body(`{"usage":{"prompt_tokens":200,"completion_tokens":100,"total_tokens":300}}`, true))
+	if got := e.remaining(t, sw); got != 8700 {
+		t.Errorf("after the settlement: %d remaining, want 8700", got)
+	}
+	e.clk.Advance(37 * time.Second)
+	if got := e.remaining(t, sw); got != 9000 {
+		t.Errorf("once the first request's sub-window has left: %d remaining, want 9000 (the second's 1000 counted)", got)
 	}
 }
 

@@ -123,7 +123,10 @@ type Reservation struct {
 	// Price is the model's price at admission, which settles its cost buckets (nil when it
 	// has none): a reload of the price table between a request and its response changes
 	// nothing of what it is charged.
-	Price   *price.Price
+	Price *price.Price
+	// At is where the store counted the request (bucket.Result.At) when a sliding window is
+	// among its buckets, zero otherwise: their refunds land in its sub-window.
+	At      time.Time
 	Buckets []Bucket
 }
 
@@ -139,8 +142,9 @@ const version, version1, version3 = "r2", "r1", "r3"
 //
 // r3, with PRICE, is written only when r has a Price (a cost limit applied): INPUT/CACHED/
 // WRITE/WRITE1H/OUTPUT/REQUEST in micro-units, so that a reservation without one reads as before.
-// where PROFILE is the output weight in decimal followed by c when cache reads are free and m
-// when the tokens were counted by characters, and
+// where PROFILE is the output weight in decimal followed by c when cache reads are free, m
+// when the tokens were counted by characters, and @ with At in microseconds since the epoch
+// when At is set, and
 // ALG is the bucket's algorithm code (bucket.Spec.Code: t, s, d, m or c for a token
 // bucket, sliding window, daily or monthly quota, concurrency), SLOT the digit of a token bucket's bucket.Spec.Slot (none for 0), then f marks
 // feedback and u a refundable reservation, '-' stands for an empty lease, and TAG, MODEL and NAME have
@@ -180,6 +184,9 @@ func Append(b []byte, r *Reservation) []byte {
 	}
 	if r.CharsCounted {
 		b = append(b, 'm')
+	}
+	if !r.At.IsZero() {
+		b = strconv.AppendInt(append(b, '@'), r.At.UnixMicro(), 10)
 	}
 	if p := r.Price; p != nil {
 		for i, v := range [...]int64{p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite1h, p.Output, p.Request} {
@@ -275,7 +282,14 @@ func Decode(s string) (*Reservation, error) {
 		return nil, err
 	}
 	if head == 7 {
-		p := w[6]
+		p, at, timed := strings.Cut(w[6], "@")
+		if timed {
+			us, err := strconv.ParseInt(at, 10, 64)
+			if err != nil || us <= 0 {
+				return nil, fmt.Errorf("%w: profile: time not a positive number of microseconds", ErrMalformed)
+			}
+			r.At = time.UnixMicro(us)
+		}
 		if strings.HasSuffix(p, "m") {
 			r.CharsCounted, p = true, p[:len(p)-1]
 		}

@@ -22,7 +22,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Reservation{Tag: "openai", Lease: "0123abcd", Model: "gpt 4o%\x00é", Prompt: 12, Output: 256,
-		Weight: 5, CacheReadsFree: true, CharsCounted: true,
+		Weight: 5, CacheReadsFree: true, CharsCounted: true, At: time.UnixMicro(1_796_537_406_123_457),
 		Buckets: []Bucket{
 			{Kind: KindInput, Refund: true, Spec: bucket.Spec{Name: "in", Limit: 30000, Period: time.Minute, Cost: 12, Slot: 3}},
 			{Kind: KindOutput, Refund: true, Feedback: true, Spec: bucket.Spec{Name: "out", Limit: 8000, Period: time.Minute, Cost: 1280}},
@@ -36,7 +36,7 @@ func TestRoundTrip(t *testing.T) {
 			{Kind: KindRequests, Spec: bucket.Spec{Name: "rpd", Algorithm: bucket.Quota, Calendar: bucket.Day, Zone: la, Limit: 1500, Cost: 1}},
 		}}
 	s := Encode(r)
-	if !strings.Contains(s, " zAmerica/Los_Angeles ") {
+	if !strings.Contains(s, " zAmerica/Los_Angeles ") || !strings.Contains(s, " 5cm@1796537406123457 ") {
 		t.Errorf("the zone is not in %q", s)
 	}
 	got, err := Decode(s)
@@ -104,7 +104,7 @@ func TestDecodeRejects(t *testing.T) {
 	for _, s := range []string{"", "r2 openai - 1 2 m", "r2 openai - 1 2 m 0", "r2 openai - 1 2 m x", "r2 openai - 1 2 m 1001c",
 		"r2 openai - 1 2 m c", "r2 openai - 1 2 m 1 t t 1 1 0 1", "r3 openai - 1 2 m 1", "r1 openai - x 2 m", "r1 openai - 1 2 m t", "r1 openai - 1 2 m x t 1 1 0 1 n",
 		"r1 openai - 1 2 m t q 1 1 0 1 n", "r1 openai - 1 2 m t t 1 1 0 z n", "r2 openai - 1 2 m 1 r d 1 zMars/X 0 1 n", "r2 openai - 1 2 m 1 r t 1 zUTC 0 1 n", "r2 openai - 1 2 m 1 r d 1 z 0 1 n", "r1 op%zz - 1 2 m", "r1 op% - 1 2 m%4",
-		"r1 openai - 1 2 m t t0 1 1 0 1 n", "r1 openai - 1 2 m t t5 1 1 0 1 n", "r1 openai - 1 2 m t s1 1 1 0 1 n", "r1 openai - 1 2 m t t12 1 1 0 1 n"} {
+		"r1 openai - 1 2 m t t0 1 1 0 1 n", "r2 openai - 1 2 m 1@", "r2 openai - 1 2 m 1@x", "r2 openai - 1 2 m 1@-5", "r2 openai - 1 2 m 1@0", "r2 openai - 1 2 m @5", "r1 openai - 1 2 m t t5 1 1 0 1 n", "r1 openai - 1 2 m t s1 1 1 0 1 n", "r1 openai - 1 2 m t t12 1 1 0 1 n"} {
 		if _, err := Decode(s); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Decode(%q): %v, want ErrMalformed", s, err)
 		}
@@ -130,6 +130,7 @@ func TestDecodeErrorsCarryNoText(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add("r1 openai abc 1 2 gpt-4o t tf 100 60000 0 5 name c c 3 600000 0 1 x")
 	f.Add("r2 anthropic abc 1 2 claude 5c i t3u 100 60000 0 5 name o t4uf 10 60000 0 50 name")
+	f.Add("r2 openai - 1 2 gpt-4o 1@1796537406123457 t su 100 60000 0 5 name")
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := Decode(s)
 		if err != nil {
