@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -692,31 +693,49 @@ func compileAmount(a *Amount, key string) (*Limit, error) {
 		if a.Timezone != "" {
 			bad("timezone", "applies to algorithm: quota only (calendar periods)")
 		}
-		switch a.Period {
-		case "second":
-			l.Period = time.Second
-		case "minute":
-			l.Period = time.Minute
-		case "hour":
-			l.Period = time.Hour
-		case "day":
-			l.Period = 24 * time.Hour
-		case "month":
-			bad("period", "month is a calendar period: use algorithm: quota")
-		case "":
-			bad("period", "required (second, minute, hour, day, or a duration like 90s)")
-		default:
-			d, err := time.ParseDuration(a.Period)
-			if err != nil || d < minPeriod || d > maxPeriod {
-				bad("period", "%q is not second, minute, hour, day, or a duration from 1s to 744h", a.Period)
-			}
-			l.Period = d
-		}
+		l.Period = window(a.Period, bad)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return l, nil
+}
+
+// window reads the period of a token bucket or a sliding window: second, minute, hour, day, a
+// Go duration (90s, 36h) or a number of days (30d), from 1 s to 31 days; otherwise bad reports
+// it and the result is 0.
+func window(period string, bad func(k, format string, args ...any)) time.Duration {
+	switch period {
+	case "second":
+		return time.Second
+	case "minute":
+		return time.Minute
+	case "hour":
+		return time.Hour
+	case "day":
+		return 24 * time.Hour
+	case "month":
+		bad("period", "month is a calendar period: use algorithm: quota")
+		return 0
+	case "":
+		bad("period", "required (second, minute, hour, day, or a duration like 90s or 30d)")
+		return 0
+	}
+	var d time.Duration
+	var err error
+	if days, ok := strings.CutSuffix(period, "d"); ok {
+		var n int64
+		if n, err = strconv.ParseInt(days, 10, 64); err == nil {
+			d = time.Duration(min(max(n, 0), 1000)) * 24 * time.Hour
+		}
+	} else {
+		d, err = time.ParseDuration(period)
+	}
+	if err != nil || d < minPeriod || d > maxPeriod {
+		bad("period", "%q is not second, minute, hour, day, or a duration from 1s to 744h (31d)", period)
+		return 0
+	}
+	return d
 }
 
 // calendar reads a calendar period (day or month; otherwise bad reports the period with why)

@@ -51,7 +51,7 @@ func TestInvalidFileReportsEveryProblem(t *testing.T) {
 		`rules[0].match.provider: "watsonx" is not one of openai, azure, anthropic, bedrock, gemini, vertex`,
 		`rules[0].per[0]: "region" is not one of provider, model, tenant, priority`,
 		`rules[0].tokens.limit: 0 is not in [1, 1000000000000]`,
-		`rules[0].tokens.period: "fortnight" is not second, minute, hour, day, or a duration from 1s to 744h`,
+		`rules[0].tokens.period: "fortnight" is not second, minute, hour, day, or a duration from 1s to 744h (31d)`,
 		`rules[1].tokens.period: month is a calendar period: use algorithm: quota`,
 		`rules[2].requests.burst: applies to token_bucket only`,
 		`rules[2].max_wait: 2h0m0s is above 1m (a held request must finish within Envoy's ext_authz timeout)`,

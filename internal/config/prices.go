@@ -77,9 +77,13 @@ type CostSpec struct {
 	Limit Money `yaml:"limit"`
 	// Currency is the price table's: USD.
 	Currency string `yaml:"currency"`
-	// Period is day or month: a calendar quota, renewed at the period's start in Timezone.
+	// Algorithm is quota (the default: per calendar Period) or sliding_window (per rolling
+	// Period).
+	Algorithm string `yaml:"algorithm"`
+	// Period is, for a quota, day or month: renewed at the period's start in Timezone; for a
+	// sliding window, its length (day, 7d, 30d, 36h: at most 31 days).
 	Period string `yaml:"period"`
-	// Timezone is the IANA time zone whose midnights the periods start at; empty is UTC.
+	// Timezone is the IANA time zone whose midnights a quota's periods start at; empty is UTC.
 	Timezone string `yaml:"timezone"`
 	// AlertAt is the part of the budget (0 to 1) whose crossing is counted and logged, once per
 	// period and scope; unset: DefaultAlertAt.
@@ -211,7 +215,18 @@ func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, flo
 	if cs.Currency != Currency {
 		bad("currency", "%q: the price table is in %s", cs.Currency, Currency)
 	}
-	l.Calendar, l.Zone = calendar(cs.Period, cs.Timezone, "a money budget renews per calendar day or month, at its start in timezone", bad)
+	switch cs.Algorithm {
+	case "", "quota":
+		l.Calendar, l.Zone = calendar(cs.Period, cs.Timezone, "a money budget renews per calendar day or month, at its start in timezone (or use algorithm: sliding_window)", bad)
+	case "sliding_window":
+		l.Algorithm = bucket.SlidingWindow
+		if cs.Timezone != "" {
+			bad("timezone", "applies to algorithm: quota only (calendar periods)")
+		}
+		l.Period = window(cs.Period, bad)
+	default:
+		bad("algorithm", "%q is not quota or sliding_window", cs.Algorithm)
+	}
 	// A rule naming one model must find its price now: a request to it would otherwise be
 	// refused at every call.
 	if model != "" && !strings.ContainsAny(model, "*?") {

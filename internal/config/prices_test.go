@@ -88,6 +88,21 @@ rules:
 	}
 }
 
+// A cost limit over a rolling window is a sliding window of its length.
+func TestCostRollingWindow(t *testing.T) {
+	t.Parallel()
+	for period, want := range map[string]time.Duration{"30d": 30 * 24 * time.Hour, "day": 24 * time.Hour, "36h": 36 * time.Hour, "31d": 31 * 24 * time.Hour} {
+		c, err := Parse([]byte("rules: [{name: r, per: [tenant], cost: {limit: 100, currency: USD, period: "+period+", algorithm: sliding_window}}]\n"), "t.yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", period, err)
+		}
+		l := c.Rules[0].Limit(provider.Cost)
+		if l == nil || l.Algorithm != bucket.SlidingWindow || l.Period != want || l.Limit != 100_000_000 || l.Zone != nil {
+			t.Errorf("%s: cost limit %+v, want a sliding window of %v", period, l, want)
+		}
+	}
+}
+
 // Every problem of prices and cost limits is reported at once, with its key.
 func TestCostProblems(t *testing.T) {
 	t.Parallel()
@@ -103,6 +118,10 @@ rules:
   - {name: d, per: [tenant], limits_from: plan, cost: {limit: 1, currency: USD, period: day}}
   - {name: e, cost: {currency: USD, period: day}}
   - {name: f, cost: {limit: 1000000.01, currency: USD, period: day, alert_at: 1.5}}
+  - {name: g, cost: {limit: 1, currency: USD, period: 32d, algorithm: sliding_window, timezone: UTC}}
+  - {name: h, cost: {limit: 1, currency: USD, period: month, algorithm: sliding_window}}
+  - {name: i, cost: {limit: 1, currency: USD, period: day, algorithm: token_bucket}}
+  - {name: j, cost: {limit: 1, currency: USD, period: -3d, algorithm: sliding_window}}
 plans: {free: {tokens: {limit: 1, period: minute}}}
 tenant_plans: {default: free}
 `), "t.yaml")
@@ -124,6 +143,11 @@ tenant_plans: {default: free}
 		`rules[4].cost.limit: required`,
 		`rules[5].cost.limit: "1000000.01" is above 1000000.00`,
 		`rules[5].cost.alert_at: 1.5 is not in (0, 1]`,
+		`rules[6].cost.period: "32d" is not second, minute, hour, day, or a duration from 1s to 744h (31d)`,
+		`rules[6].cost.timezone: applies to algorithm: quota only`,
+		`rules[7].cost.period: month is a calendar period: use algorithm: quota`,
+		`rules[8].cost.algorithm: "token_bucket" is not quota or sliding_window`,
+		`rules[9].cost.period: "-3d" is not second`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)

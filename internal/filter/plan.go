@@ -324,8 +324,8 @@ func kindName(k byte) string {
 	return "concurrent requests"
 }
 
-// periodName describes a limit's period for messages: "per minute", "per 90s", "per day (UTC)",
-// "per day (America/Los_Angeles)".
+// periodName describes a limit's period for messages: "per minute", "per 90s", "per 7 days",
+// "per day (UTC)", "per day (America/Los_Angeles)".
 func periodName(l *config.Limit) string {
 	if l.Algorithm == bucket.Concurrency {
 		return "in flight"
@@ -340,17 +340,25 @@ func periodName(l *config.Limit) string {
 		}
 		return "per day (" + zone + ")"
 	}
-	switch l.Period {
-	case time.Second:
-		return "per second"
-	case time.Minute:
-		return "per minute"
-	case time.Hour:
-		return "per hour"
-	case 24 * time.Hour:
-		return "per day"
+	return "per " + windowName(l.Period)
+}
+
+// windowName names a period of time: "minute", "90s", "7 days".
+func windowName(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d == time.Second:
+		return "second"
+	case d == time.Minute:
+		return "minute"
+	case d == time.Hour:
+		return "hour"
+	case d == day:
+		return "day"
+	case d > day && d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + " days"
 	}
-	return "per " + l.Period.String()
+	return d.String()
 }
 
 // headline returns, for one kind, the state of the bucket with the least remaining: what the

@@ -26,24 +26,36 @@ import (
 // obey"), and no retry-after; the body is the provider's own quota error (provider.QuotaExhausted:
 // OpenAI's insufficient_quota, which OpenAI answers when an account's credit is spent, and which
 // its SDKs raise as RateLimitError). The message names the budget, what is spent of it, what the
-// request would reserve and when the budget renews, in the limit's time zone.
+// request would reserve and when the budget renews, in the limit's time zone; for a rolling
+// window, when enough of it has left the window for this request.
 func spentResponse(est *tokens.Estimate, pl *plan, res *bucket.Result) *Answer {
 	i := res.Blocking
 	o, s := pl.owners[i], res.Buckets[i]
-	renews := pl.clock().Add(max(s.Reset, 0)).Truncate(time.Second)
-	if z := o.lim.Zone; z != nil {
-		renews = renews.In(z)
-	} else {
-		renews = renews.UTC()
-	}
 	if pl.bare {
 		return deniedResponse(codes.ResourceExhausted, typev3.StatusCode_TooManyRequests, nil, nil,
 			pl.metadata(est, decisionSpent, 0))
 	}
 	spent := min(s.Limit-s.Remaining, s.Limit)
-	msg := fmt.Sprintf("Budget %s is spent: %s of %s %s used %s; this request may cost up to %s %s. The budget renews at %s.",
-		o.rule.Name, price.FormatMoney(max(spent, 0)), price.FormatMoney(s.Limit), config.Currency, periodName(o.lim),
-		price.FormatMoney(pl.enforced.Buckets[i].Cost), config.Currency, renews.Format(time.RFC3339))
+	cost := pl.enforced.Buckets[i].Cost
+	var when string
+	if o.lim.Algorithm == bucket.SlidingWindow {
+		when = "Enough of the budget for it frees up at " + pl.clock().Add(max(s.Wait, 0)).Truncate(time.Second).UTC().Format(time.RFC3339) + "."
+	} else {
+		renews := pl.clock().Add(max(s.Reset, 0)).Truncate(time.Second)
+		if z := o.lim.Zone; z != nil {
+			renews = renews.In(z)
+		} else {
+			renews = renews.UTC()
+		}
+		when = "The budget renews at " + renews.Format(time.RFC3339) + "."
+	}
+	period := periodName(o.lim)
+	if o.lim.Algorithm == bucket.SlidingWindow {
+		period = "in the last " + windowName(o.lim.Period)
+	}
+	msg := fmt.Sprintf("Budget %s is spent: %s of %s %s used %s; this request may cost up to %s %s. %s",
+		o.rule.Name, price.FormatMoney(max(spent, 0)), price.FormatMoney(s.Limit), config.Currency, period,
+		price.FormatMoney(cost), config.Currency, when)
 	hdrs := pl.headers(est, res, 2)
 	hdrs = append(hdrs, header("x-should-retry", "false"))
 	hdrs = withErrorHeader(hdrs, est, provider.QuotaExhausted)
@@ -67,8 +79,8 @@ const maxAlerts = 4096
 
 // spendAlerts remembers, per money budget (a cost bucket: a rule's scope) and period, that its
 // threshold was reported, so that a replica reports it once per period and scope however the
-// settlements move its spend around the threshold. Safe for concurrent use; touched only when
-// a take crosses a threshold.
+// settlements move its spend around the threshold (a rolling window's period: its length from
+// the report). Safe for concurrent use; touched only when a take crosses a threshold.
 type spendAlerts struct {
 	mu sync.Mutex
 	// seen maps a bucket's name to the end of the period it was reported in (Unix seconds).
@@ -76,14 +88,14 @@ type spendAlerts struct {
 }
 
 // first records that bucket name crossed its threshold in the period ending at end, and reports
-// whether it is the first time in that period.
+// whether it is the first time in that period: none was reported in a period that has not ended.
 func (a *spendAlerts) first(name string, end, now int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.seen == nil {
 		a.seen = map[string]int64{}
 	}
-	if e, ok := a.seen[name]; ok && e == end {
+	if e, ok := a.seen[name]; ok && e > now {
 		return false
 	}
 	if len(a.seen) >= maxAlerts {
@@ -104,7 +116,8 @@ func (a *spendAlerts) first(name string, end, now int64) bool {
 // carried across its rule's alert_at part: the spend before the take was below the threshold
 // and is at or above it after. The take is atomic, so across replicas one request crosses it;
 // settlement may bring the spend back below and a later take cross it again, which a replica
-// reports once per period. The log names the rule and the tenant's hash, never the tenant.
+// reports once per period (a rolling window: once per its length). The log names the rule and
+// the tenant's hash, never the tenant.
 func (f *Filter) crossed(pl *plan, now time.Time) {
 	for i := range pl.owners {
 		o := &pl.owners[i]
@@ -118,12 +131,15 @@ func (f *Filter) crossed(pl *plan, now time.Time) {
 			continue
 		}
 		end := now.Add(max(s.Reset, 0)).Truncate(time.Second)
+		if o.lim.Algorithm == bucket.SlidingWindow {
+			end = now.Add(o.lim.Period).Truncate(time.Second)
+		}
 		if !f.alerts.first(pl.enforced.Buckets[i].Name, end.Unix(), now.Unix()) {
 			continue
 		}
 		f.m.spendCrossed(o.rule.Name)
 		f.log.Warn("spend threshold crossed", zap.String("rule", o.rule.Name), zap.String("tenant_hash", tenantHash(pl.tenant)),
 			zap.Float64("alert_at", o.rule.AlertAt), zap.String("spent", price.FormatMoney(used)), zap.String("limit", price.FormatMoney(s.Limit)),
-			zap.String("currency", config.Currency), zap.Time("renews", end))
+			zap.String("currency", config.Currency), zap.Time("period_end", end))
 	}
 }

@@ -137,6 +137,67 @@ func TestSpendBudget(t *testing.T) {
 	}
 }
 
+// A budget over a rolling window: spent, it names when enough of it leaves the window for the
+// request; its settled refunds land where their requests were counted, so what the window still
+// counts leaves it on time.
+func TestSpendRollingWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, `
+tenant: {source: header, header: x-tenant-id}
+rules:
+  - name: weekly
+    per: [tenant]
+    cost: {limit: 0.05, currency: USD, period: 7d, algorithm: sliding_window}
+`, Options{})
+	tenant := map[string]string{"x-tenant-id": "team-a"}
+	body := `{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"Hello"}]}`
+	var held []*reservation.Reservation
+	for i := range 5 {
+		resp := e.answer(t, context.Background(), chat(body, tenant)()).Response()
+		if d := decisionOf(resp); d != decisionAllowed {
+			if i == 4 && d == decisionSpent {
+				msg := resp.GetDeniedResponse().GetBody()
+				for _, want := range []string{"Budget weekly is spent", "USD used in the last 7 days", "frees up at "} {
+					if !strings.Contains(msg, want) {
+						t.Errorf("message %s lacks %q", msg, want)
+					}
+				}
+				// The window has 10 sub-windows of 16h48m: the first request's sub-window leaves
+				// it from 7 days after the request to one sub-window later.
+				_, at, _ := strings.Cut(msg, "frees up at ")
+				frees, err := time.Parse(time.RFC3339, strings.TrimSuffix(strings.Split(at, `"`)[0], "."))
+				first := e.clock.Now().Add(-4 * time.Hour)
+				if err != nil || frees.Before(first.Add(7*24*time.Hour-time.Second)) || frees.After(first.Add(7*24*time.Hour+16*time.Hour+48*time.Minute)) {
+					t.Errorf("frees up at %v (%v), want within a sub-window after %v", frees, err, first.Add(7*24*time.Hour))
+				}
+				if headerOf(resp, "x-should-retry") != "false" {
+					t.Errorf("x-should-retry %q", headerOf(resp, "x-should-retry"))
+				}
+				break
+			}
+			t.Fatalf("request %d: %q", i, d)
+		}
+		r := reservationOf(t, resp)
+		if b := r.Buckets[0]; b.Kind != reservation.KindCost || b.Spec.Algorithm != bucket.SlidingWindow || b.Spec.Period != 7*24*time.Hour || r.At.IsZero() {
+			t.Fatalf("reservation %+v, bucket %+v", r, b)
+		}
+		held = append(held, r)
+		e.clock.Add(time.Hour)
+	}
+	if len(held) != 4 {
+		t.Fatalf("admitted %d, want 4 of about 0.01 USD in 0.05", len(held))
+	}
+	// The first request cost a hundredth of what it reserved: the rest comes back where it was
+	// counted, and a fifth request fits.
+	first := held[0].Buckets[0]
+	if err := e.store.Adjust(context.Background(), held[0].Tag, []bucket.Adjustment{{Spec: first.Spec, Delta: first.Spec.Cost - first.Spec.Cost/100, At: held[0].At}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := decisionOf(e.answer(t, context.Background(), chat(body, tenant)()).Response()); d != decisionAllowed {
+		t.Fatalf("after the refund: %q", d)
+	}
+}
+
 // Anthropic's Messages API answers a spent budget in its own shape: a 429 rate_limit_error
 // that x-should-retry: false keeps the SDK from retrying.
 func TestSpentAnthropic(t *testing.T) {
@@ -278,6 +339,10 @@ func TestSpendAlertsOncePerPeriod(t *testing.T) {
 	var a spendAlerts
 	if !a.first("b", 100, 0) || a.first("b", 100, 0) || !a.first("c", 100, 0) || !a.first("b", 200, 150) {
 		t.Fatal("once per bucket and period")
+	}
+	// A rolling window's period runs from its report: another report waits until it has ended.
+	if !a.first("r", 100, 0) || a.first("r", 160, 60) || !a.first("r", 220, 120) {
+		t.Fatal("once per rolling period")
 	}
 	for i := range maxAlerts + 10 {
 		a.first(strconv.Itoa(i), 1000, 500)
