@@ -53,6 +53,59 @@ func TestDefaultPrices(t *testing.T) {
 	}
 }
 
+// No default entry is shadowed by an earlier one: each matches some provider and model that no
+// entry before it matches, so specific models come before their families.
+func TestDefaultPricesNotShadowed(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte("rules: [{name: r, requests: {limit: 1, period: minute}}]"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, later := range c.Prices {
+		for _, g := range []Glob{later.Provider, later.Model} {
+			if strings.Contains(g.String(), "?") {
+				t.Fatalf("default entry %d (%s %s): covers cannot decide a glob with ?", j, later.Provider, later.Model)
+			}
+		}
+		for i, earlier := range c.Prices[:j] {
+			if covers(earlier.Provider, later.Provider) && covers(earlier.Model, later.Model) {
+				t.Errorf("default entry %d (%s %s) is shadowed by entry %d (%s %s)",
+					j, later.Provider, later.Model, i, earlier.Provider, earlier.Model)
+			}
+		}
+	}
+}
+
+// covers reports whether every string that b matches, a matches too, for globs without '?': a
+// matches b's pattern with each '*' read as a byte no pattern holds, which only a's own '*' can
+// take (so a takes whatever b's '*' stands for).
+func covers(a, b Glob) bool {
+	if b.Any() {
+		return a.Any()
+	}
+	return a.Match(strings.ReplaceAll(b.String(), "*", "\x00"))
+}
+
+// covers decides glob inclusion both ways, stars inside and at either end.
+func TestCovers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"gpt-4o*", "gpt-4o-mini*", true}, {"gpt-4o-mini*", "gpt-4o*", false},
+		{"*anthropic.claude-sonnet-4*", "global.anthropic.claude-sonnet-4-5*", true},
+		{"global.anthropic.claude-sonnet-4*", "*anthropic.claude-sonnet-4*", false},
+		{"claude-opus-4-*", "claude-opus-4-1*", true}, {"claude-opus-4-1*", "claude-opus-4-*", false},
+		{"*x*", "*", false}, {"*", "gpt-4o", true}, {"", "gpt-4o*", true}, {"gpt-4o", "*", false},
+		{"openai", "openai", true}, {"openai", "azure", false}, {"a*b", "a*c*b", true}, {"a*c*b", "a*b", false},
+	} {
+		if got := covers(NewGlob(tc.a), NewGlob(tc.b)); got != tc.want {
+			t.Errorf("covers(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
 // A file's prices come before the defaults; unset cache prices are the input price.
 func TestFilePricesOverride(t *testing.T) {
 	t.Parallel()
