@@ -156,6 +156,8 @@ rules:
   - {name: d, per: [tenant], limits_from: plan, cost: {limit: 1, currency: USD, period: day}}
   - {name: e, cost: {currency: USD, period: day}}
   - {name: f, cost: {limit: 1000000.01, currency: USD, period: day, alert_at: 1.5}}
+  - {name: g, match: {provider: vertex, model: gemini-2.5-flash}, cost: {limit: 1, currency: USD, period: day}}
+  - {name: h, match: {provider: "*", model: gemini-2.5-flash}, cost: {limit: 1, currency: USD, period: day}}
 plans: {free: {tokens: {limit: 1, period: minute}}}
 tenant_plans: {default: free}
 `), "t.yaml")
@@ -177,10 +179,14 @@ tenant_plans: {default: free}
 		`rules[4].cost.limit: required`,
 		`rules[5].cost.limit: "1000000.01" is above 1000000.00`,
 		`rules[5].cost.alert_at: 1.5 is not in (0, 1]`,
+		`rules[6].cost.limit: no price for model "gemini-2.5-flash" of provider "vertex"`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
+	}
+	if strings.Contains(err.Error(), "rules[7]") {
+		t.Errorf("a rule of any provider finds the Gemini API's price: %v", err)
 	}
 }
 
