@@ -591,7 +591,7 @@ func compileRule(r *RuleSpec, key string, c *Config) (*Rule, error) {
 	errs = append(errs, lerrs...)
 	out.Limits = lims
 	if r.Cost != nil {
-		l, alertAt, cerrs := compileCost(r.Cost, key, r.Match.Model, c)
+		l, alertAt, cerrs := compileCost(r.Cost, key, &r.Match, c)
 		errs = append(errs, cerrs...)
 		if l != nil {
 			out.Limits = append(out.Limits, DimLimit{Dim: provider.Cost, Limit: *l})

@@ -192,8 +192,9 @@ func compilePrice(p *PriceSpec, key string, def bool, bad func(key, format strin
 	return e, n == 0
 }
 
-// compileCost compiles a rule's cost limit; key is the rule's path. c holds the compiled prices.
-func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, float64, []error) {
+// compileCost compiles a rule's cost limit; key is the rule's path and m its match. c holds the
+// compiled prices.
+func compileCost(cs *CostSpec, key string, m *Match, c *Config) (*Limit, float64, []error) {
 	var errs []error
 	bad := func(k, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.cost.%s: %s", key, k, fmt.Sprintf(format, args...)))
@@ -228,16 +229,26 @@ func compileCost(cs *CostSpec, key string, model string, c *Config) (*Limit, flo
 		bad("algorithm", "%q is not quota or sliding_window", cs.Algorithm)
 	}
 	// A rule naming one model must find its price now: a request to it would otherwise be
-	// refused at every call.
-	if model != "" && !strings.ContainsAny(model, "*?") {
+	// refused at every call. When the rule names one provider too, the price must be that
+	// provider's (the default table prices no Azure, Bedrock or Vertex model).
+	if model := m.Model; model != "" && !strings.ContainsAny(model, "*?") {
+		prov := m.Provider
+		if strings.ContainsAny(prov, "*?") {
+			prov = ""
+		}
 		found := false
 		for i := range c.Prices {
-			if c.Prices[i].Model.Match(model) {
+			e := &c.Prices[i]
+			if e.Model.Match(model) && (prov == "" || e.Provider.Match(prov)) {
 				found = true
 				break
 			}
 		}
-		if !found {
+		switch {
+		case found:
+		case prov != "":
+			bad("limit", "no price for model %q of provider %q: add it under prices", model, prov)
+		default:
 			bad("limit", "no price for model %q: add it under prices", model)
 		}
 	}
