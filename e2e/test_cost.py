@@ -22,6 +22,11 @@ completion), so its streams settle to the bill either way.
 3. The refusal as the SDKs see it: the `openai` SDK raises RateLimitError with code
    insufficient_quota and the budget's message, the `anthropic` SDK RateLimitError with the
    message, and neither retries (each call reaches the limiter once).
+4. A rolling window: two `openai` SDK processes far above 0.05 USD in any 8 s
+   (`algorithm: sliding_window`), each request reserving twice what it will cost, so that every
+   settlement refunds into the sub-window its request was counted in. In no window of the mock's
+   bill is the budget exceeded, every window of 8 s plus a sub-window holds at least
+   90% of it, and the replicas settle exactly what the mock billed.
 """
 
 from __future__ import annotations
@@ -52,7 +57,14 @@ RULES = """  - name: mixed-budget
     cost: {limit: 0.02, currency: USD, period: month, timezone: Europe/Paris}
   - name: haiku-budget
     match: {model: "claude-haiku-4-5*"}
-    cost: {limit: 0.002, currency: USD, period: day}"""
+    cost: {limit: 0.002, currency: USD, period: day}
+  - name: rolling-budget
+    match: {model: "gpt-4o-2024*"}
+    per: [tenant]
+    cost: {limit: 0.05, currency: USD, period: 8s, algorithm: sliding_window}"""
+ROLLING_BUDGET = 50_000  # micro-dollars in any 8 s
+ROLLING_PERIOD = 8.0
+ROLLING_MODEL = "gpt-4o-2024-08-06"
 
 
 def _ledger(stack: h.Stack) -> dict:
@@ -103,6 +115,31 @@ def _settled(stack: h.Stack) -> dict:
     r = results()
     r["answered"] = answered
     return r
+
+
+def _windows(bills: list[tuple[float, int]]) -> dict:
+    """The most the mock billed in any window of the rolling period, and the least in any window of
+    the period plus a sub-window that ends after the first such window has passed.
+
+    The mock's clock sees a request up to some milliseconds after the limiter counted it, by an
+    amount that varies: the windows checked for the most are 0.3 s shorter than the period, those
+    checked for the least 0.3 s longer than the period plus a sub-window (where the limiter lets
+    spend leave)."""
+    if not bills:
+        return {"most_in_a_period": 0, "least_in_a_period_and_a_tenth": 0}
+    times = [t for t, _ in bills]
+    most = 0
+    for i, (t, _) in enumerate(bills):
+        most = max(most, sum(m for u, m in bills[:i + 1] if u > t - (ROLLING_PERIOD - 0.3)))
+    span = ROLLING_PERIOD * 1.1 + 0.3
+    least = None
+    t = times[0] + span
+    while t <= times[-1]:
+        inside = sum(m for u, m in bills if t - span < u <= t)
+        least = inside if least is None else min(least, inside)
+        t += 0.25
+    return {"most_in_a_period": most, "least_in_a_period_and_a_tenth": least or 0,
+            "seconds": times[-1] - times[0]}
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +218,24 @@ def cost(tmp_path_factory):
             out["anthropic_sdk"] = {"raised": type(e).__name__, "message": str(e)}
         spent3 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
         out["sdk_refusals_seen"] = {"openai": spent1 - spent0, "anthropic": spent3 - spent2}
+
+        # 4. A rolling window. max_tokens is twice the mock's completion (16): every settlement
+        # gives back about two fifths of its reservation.
+        before = _settled(stack)
+        rolling = [{"provider": "openai", "model": ROLLING_MODEL, "key": f"sk-cost-rolling-{i}", "threads": 3, "max_tokens": 32,
+                    "stream_every": 0, "offset": 11 * i, "ramp": 1} for i in range(2)]
+        out["rolling_clients"] = sc.client_totals(sc.run_load(stack, "cost-rolling", 20.0, python=rolling, start_delay=6.0))
+        after = _settled(stack)
+        out["rolling_settled"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        bills = sorted((r["t"], r.get("micros", 0)) for r in h.read_jsonl(stack.records_path)
+                       if r.get("key", "").startswith("sk-cost-rolling-") and r["status"] == 200)
+        out["rolling"] = {
+            "requests": len(bills),
+            "billed": _billed(_ledger(stack), "sk-cost-rolling-"),
+            "settled_metric": _metric(stack, "llm_ratelimit_spend_settled_micros_total", 'rule="rolling-budget"'),
+            "reserved_metric": _metric(stack, "llm_ratelimit_spend_reserved_micros_total", 'rule="rolling-budget"'),
+            **_windows(bills),
+        }
     finally:
         stack.down()
     (h.E2E / "report").mkdir(exist_ok=True)
@@ -225,3 +280,16 @@ def test_sdks_raise_the_budget_error_without_retrying(cost):
     assert a["raised"] == "RateLimitError", a
     assert "Budget haiku-budget is spent" in a["message"] and "renews at" in a["message"], a
     assert cost["sdk_refusals_seen"] == {"openai": 1, "anthropic": 1}, cost["sdk_refusals_seen"]
+
+
+def test_rolling_budget_holds_in_every_window(cost):
+    r, c = cost["rolling"], cost["rolling_clients"]
+    assert c["ok"] > 0 and c["rate_limited"] > 0 and c["errors"] == 0, c
+    # Far above the budget for two periods: the window refilled twice, and the windows after the
+    # first period and a tenth are checked.
+    assert r["seconds"] > 2 * ROLLING_PERIOD, r
+    assert 0 < r["most_in_a_period"] <= ROLLING_BUDGET, r
+    assert r["least_in_a_period_and_a_tenth"] >= 0.9 * ROLLING_BUDGET, r
+    # Reserved at twice the output it used, settled to the bill.
+    assert cost["rolling_settled"].get("usage") == cost["rolling_settled"]["answered"], cost["rolling_settled"]
+    assert r["settled_metric"] == r["billed"] and r["reserved_metric"] > r["billed"], r
