@@ -190,9 +190,10 @@ def main(argv: list[str]) -> int:
         i = 0
         while time.time() < deadline:
             if a.burst_every > 0:
-                time.sleep(a.burst_every - time.time() % a.burst_every)
-                if time.time() >= deadline:
+                wait = a.burst_every - time.time() % a.burst_every
+                if time.time() + wait >= deadline:
                     break
+                time.sleep(wait)
             t_call = time.time()
             idx = (a.offset + w * 5 + i) % len(prompts)
             p = prompts[idx]
