@@ -287,6 +287,8 @@ class Stack:
     # redis+sentinel:// URL (fail_over() kills the master and waits for the promotion).
     sentinels: int = 0
     procs: dict[str, Proc] = field(default_factory=dict)
+    # Every server's port, chosen by up(); an "envoy" port set before up() is kept, so that
+    # clients can be started (and import their SDKs) while the stack starts.
     ports: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -335,7 +337,8 @@ class Stack:
         for i in range(self.replicas):
             wait_until(lambda i=i: http_get(f"http://127.0.0.1:{p[f'admin-{i}']}/readyz")[0] == 200, 60,
                        f"ext-authz replica {i}", self.replica(i))
-        p["envoy"], p["envoy-admin"] = free_port(), free_port()
+        p.setdefault("envoy", free_port())
+        p["envoy-admin"] = free_port()
         shipped = load_shipped()
         cfg = derive_envoy_config(shipped, listen_port=p["envoy"], admin_port=p["envoy-admin"],
                                   upstream=("127.0.0.1", p["mock"]), authz=authz)

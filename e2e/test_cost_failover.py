@@ -35,6 +35,7 @@ import concurrent.futures as cf
 import json
 import re
 import sys
+import threading
 import time
 
 import anthropic
@@ -123,14 +124,16 @@ def _refused(stack: h.Stack, provider: str) -> dict:
     return {"raised": None}
 
 
-def _load(stack: h.Stack) -> list[dict]:
-    """Runs the SDK processes (e2e/loadgen.py) and returns their summaries. Each process says when
-    its client is built; the first burst is then set at the next multiple of BURST_S, at least
-    a second later, so that no process misses it however long the SDKs took to import."""
+def _load(stack: h.Stack, stack_done: threading.Event, stack_up: threading.Event, procs: list) -> list[dict]:
+    """Runs the SDK processes (e2e/loadgen.py, added to procs as they start) and returns their
+    summaries. They start while the stack starts (on Envoy's port, chosen in advance) and say
+    when their client is built; once all have and the stack is up (stack_done set, and stack_up
+    with it), the first burst is set at the next multiple of BURST_S at least a second later, so that no process
+    misses it however long the SDKs took to import."""
+    stack.dir.mkdir(parents=True, exist_ok=True)
     prompts = stack.dir / "prompts.json"
     prompts.write_text(json.dumps({"prompts": [{"user": PROMPT}]}))
     go = stack.dir / "failover-start"
-    procs = []
     for p, b in BUDGETS.items():
         for i in range(b["procs"] + 1):
             late = i == b["procs"]
@@ -147,7 +150,9 @@ def _load(stack: h.Stack) -> list[dict]:
                     "--duration", str(BURST_S * (BURSTS - (3 if late else 1)) + 1.0)]
             procs.append((name, h.start(name, argv, stack.dir)))
     for name, proc in procs:
-        h.wait_until(lambda name=name: (stack.dir / f"{name}.ready").exists(), 60, "the SDK clients", proc)
+        h.wait_until(lambda name=name: (stack.dir / f"{name}.ready").exists(), 90, "the SDK clients", proc)
+    if not stack_done.wait(120) or not stack_up.is_set():
+        raise RuntimeError("the stack did not start")
     first = (time.time() + 1.0) // BURST_S * BURST_S + BURST_S
     tmp = go.with_suffix(".tmp")
     tmp.write_text(f"{first - 0.5:.3f}")
@@ -170,10 +175,14 @@ def failover(tmp_path_factory):
                     replicas=3, sentinels=3, replica_args=["-decision-log", str(workdir / "decisions-{i}.log")])
     out: dict = {"burst_s": BURST_S, "latency_s": LATENCY_S, "bursts": BURSTS, "max_tokens": MAX_TOKENS}
     pool = cf.ThreadPoolExecutor(max_workers=1)
+    stack.ports["envoy"] = h.free_port()
+    stack_done, stack_up, clients = threading.Event(), threading.Event(), []
+    load = pool.submit(_load, stack, stack_done, stack_up, clients)
     try:
         stack.up()
+        stack_up.set()
+        stack_done.set()
         threads = sum(b["procs"] * b["threads"] for b in BUDGETS.values())
-        load = pool.submit(_load, stack)
         try:
             h.wait_until(lambda: (stack.dir / "failover-start").exists() or load.done(), 90, "the SDK clients")
             # The first burst answered (settled on the master), the second one admitted and
@@ -191,7 +200,9 @@ def failover(tmp_path_factory):
                                "in_flight_after_promotion": _inflight(stack)}
             summaries = load.result(timeout=BURST_S * BURSTS + 120)
         finally:
-            pool.shutdown(wait=True)
+            # Clients still running here are a failure's: they stop now.
+            for _, proc in list(clients):
+                proc.kill()
         # Every answer settled (or failed to): the response path followed as many reserved
         # requests as the mock answered.
         answered = _answered(stack)
@@ -220,6 +231,10 @@ def failover(tmp_path_factory):
         out["adjust_failed_metric"] = _metric(stack, "llm_ratelimit_reconcile_errors_total", 'reason="reconcile_adjust_failed"')
         out["unavailable_metric"] = _metric(stack, "llm_ratelimit_decisions_total", 'decision="unavailable"')
     finally:
+        stack_done.set()
+        for _, proc in list(clients):
+            proc.kill()
+        pool.shutdown(wait=True)
         stack.down()
     # The decision logs, complete once the replicas stopped: which reservations were taken and
     # which settlements the store applied, with the store's times.
