@@ -1,5 +1,6 @@
-"""Process harness of the end-to-end suite: real redis-server, ext-authz replicas, the mock
-provider and the real Envoy running a test variant derived from the shipped envoy/envoy.yaml.
+"""Process harness of the end-to-end suite: real redis-server (alone, or a master and its replica
+under real Sentinels), ext-authz replicas, the mock provider and the real Envoy running a test
+variant derived from the shipped envoy/envoy.yaml.
 
 Every server listens on 127.0.0.1 on a free port. Every process started here is registered and
 killed (by its pid) when its stack closes and, as a safety net, at interpreter exit; e2e/run.sh
@@ -93,6 +94,13 @@ def http_post(url: str, body: bytes, timeout: float = 10.0) -> tuple[int, bytes]
         return e.code, e.read()
 
 
+def redis_cli(port: int, *args: str, timeout: float = 2.0) -> str:
+    """One redis-cli command to a server on 127.0.0.1; its reply as redis-cli prints it to a pipe
+    (one line per element, nested arrays flattened)."""
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
+                          timeout=timeout).stdout.strip()
+
+
 def wait_until(pred, timeout: float, what: str, proc: "Proc | None" = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -101,7 +109,7 @@ def wait_until(pred, timeout: float, what: str, proc: "Proc | None" = None) -> N
         try:
             if pred():
                 return
-        except (OSError, urllib.error.URLError, ValueError):
+        except (OSError, urllib.error.URLError, ValueError, subprocess.SubprocessError):
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{what}: not ready after {timeout}s" + (f":\n{proc.tail()}" if proc else ""))
@@ -274,7 +282,13 @@ class Stack:
     # Envoy virtual hosts added to the derived config (routed to the derived clusters, so to the
     # mock): a test's own hosts, such as a provider its limits file declares.
     extra_vhosts: list[dict] = field(default_factory=list)
+    # 0: one redis-server. n > 0: a master ("redis"), one replica ("redis-replica") and n
+    # Sentinels ("sentinel-0"...) with a quorum of a majority, which the replicas reach through a
+    # redis+sentinel:// URL (fail_over() kills the master and waits for the promotion).
+    sentinels: int = 0
     procs: dict[str, Proc] = field(default_factory=dict)
+    # Every server's port, chosen by up(); an "envoy" port set before up() is kept, so that
+    # clients can be started (and import their SDKs) while the stack starts.
     ports: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -300,17 +314,22 @@ class Stack:
         self.dir.mkdir(parents=True, exist_ok=True)
         p = self.ports
         p["redis"] = free_port()
-        self.procs["redis"] = start("redis", [
-            "redis-server", "--port", str(p["redis"]), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--daemonize", "no", "--dir", str(self.dir)], self.dir)
+        self.procs["redis"] = self._redis_server("redis", p["redis"])
+        if self.sentinels:
+            p["redis-replica"] = free_port()
+            self.procs["redis-replica"] = self._redis_server("redis-replica", p["redis-replica"],
+                                                             "--replicaof", "127.0.0.1", str(p["redis"]))
+            for i in range(self.sentinels):
+                self._start_sentinel(i)
         limits = self.dir / "limits.yaml"
         limits.write_text(self.limits)
         p["mock"] = free_port()
         self.procs["mock"] = start("mock", [str(BIN / "mockprovider"), "-addr", f"127.0.0.1:{p['mock']}",
                                             "-record", str(self.records_path), *self.mock_args], self.dir)
         wait_until(lambda: http_get(self.mock_url + "/healthz")[0] == 200, 60, "mock provider", self.procs["mock"])
-        wait_until(lambda: subprocess.run(["redis-cli", "-p", str(p["redis"]), "ping"], capture_output=True,
-                                          text=True, timeout=2).stdout.strip() == "PONG", 20, "redis", self.procs["redis"])
+        wait_until(lambda: redis_cli(p["redis"], "ping") == "PONG", 20, "redis", self.procs["redis"])
+        if self.sentinels:
+            self._wait_sentinels()
         authz = []
         for i in range(self.replicas):
             self.start_replica(i)
@@ -318,7 +337,8 @@ class Stack:
         for i in range(self.replicas):
             wait_until(lambda i=i: http_get(f"http://127.0.0.1:{p[f'admin-{i}']}/readyz")[0] == 200, 60,
                        f"ext-authz replica {i}", self.replica(i))
-        p["envoy"], p["envoy-admin"] = free_port(), free_port()
+        p.setdefault("envoy", free_port())
+        p["envoy-admin"] = free_port()
         shipped = load_shipped()
         cfg = derive_envoy_config(shipped, listen_port=p["envoy"], admin_port=p["envoy-admin"],
                                   upstream=("127.0.0.1", p["mock"]), authz=authz)
@@ -342,13 +362,103 @@ class Stack:
         proc = start(f"ext-authz-{i}", [
             str(BIN / "ext-authz"), "serve", "-config", str(self.dir / "limits.yaml"),
             "-grpc-addr", f"127.0.0.1:{p[f'grpc-{i}']}", "-admin-addr", f"127.0.0.1:{p[f'admin-{i}']}",
-            "-redis-url", f"redis://127.0.0.1:{p['redis']}/0", "-redis-prefix", f"e2e-{self.name}:",
+            "-redis-url", self.redis_url, "-redis-prefix", f"e2e-{self.name}:",
             # 50 ms (the default) is a production figure; here ~20 processes share 2 cores, and a
             # store timeout would measure the machine, not the product. Still far below the
             # ext_authz timeout (1 s).
             "-redis-timeout", "250ms", "-log-level", "warn", *[a.replace("{i}", str(i)) for a in self.replica_args]], self.dir)
         self.procs[f"ext-authz-{i}"] = proc
         return proc
+
+    # The name Sentinels monitor the master under.
+    SENTINEL_MASTER = "main"
+
+    @property
+    def redis_url(self) -> str:
+        """The store URL the replicas get: the master, or the Sentinels in sentinel mode."""
+        if not self.sentinels:
+            return f"redis://127.0.0.1:{self.ports['redis']}/0"
+        hosts = ",".join(f"127.0.0.1:{self.ports[f'sentinel-{i}']}" for i in range(self.sentinels))
+        return f"redis+sentinel://{hosts}/{self.SENTINEL_MASTER}"
+
+    def _redis_server(self, name: str, port: int, *args: str) -> Proc:
+        return start(name, ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                            "--appendonly", "no", "--daemonize", "no", "--dir", str(self.dir), *args], self.dir)
+
+    def _start_sentinel(self, i: int) -> Proc:
+        """redis-server --sentinel monitoring the master with a majority quorum. A master silent
+        for 1 s is down, and a failover may be retried after 5 s (Sentinel's defaults are 30 s
+        and 3 min). Sentinel rewrites its file, so each gets its own, written afresh."""
+        port = self.ports[f"sentinel-{i}"] = free_port()
+        name = self.SENTINEL_MASTER
+        conf = self.dir / f"sentinel-{i}.conf"
+        conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                        f"sentinel monitor {name} 127.0.0.1 {self.ports['redis']} {self.sentinels // 2 + 1}\n"
+                        f"sentinel down-after-milliseconds {name} 1000\nsentinel failover-timeout {name} 5000\n")
+        self.procs[f"sentinel-{i}"] = start(f"sentinel-{i}", ["redis-server", str(conf), "--sentinel"], self.dir)
+        return self.procs[f"sentinel-{i}"]
+
+    def sentinel_master(self, i: int = 0) -> dict:
+        """SENTINEL MASTER as Sentinel i reports it (field -> value)."""
+        out = redis_cli(self.ports[f"sentinel-{i}"], "SENTINEL", "MASTER", self.SENTINEL_MASTER).splitlines()
+        return dict(zip(out[::2], out[1::2]))
+
+    def _wait_sentinels(self) -> None:
+        """Until the replica's link is up and every Sentinel knows the replica and the other
+        Sentinels (hello messages every 2 s): a failover before that could find no quorum."""
+        wait_until(lambda: "master_link_status:up" in redis_cli(self.ports["redis-replica"], "INFO", "replication"),
+                   20, "redis replica", self.procs["redis-replica"])
+        for i in range(self.sentinels):
+            wait_until(lambda i=i: (lambda m: m.get("num-slaves") == "1"
+                                    and m.get("num-other-sentinels") == str(self.sentinels - 1))(self.sentinel_master(i)),
+                       30, f"sentinel {i}", self.procs[f"sentinel-{i}"])
+
+    def master_port(self, i: int = 0) -> int:
+        """The port of the master, as Sentinel i names it (ValueError when it answers none)."""
+        out = redis_cli(self.ports[f"sentinel-{i}"], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.SENTINEL_MASTER).split()
+        if len(out) != 2:
+            raise ValueError(f"sentinel {i}: no master address: {out}")
+        return int(out[1])
+
+    def fail_over(self, timeout: float = 30.0) -> dict:
+        """Kills the master the way a planned failover stops it, and waits until every Sentinel
+        names the replica master. Before the kill, writes are paused on the master (CLIENT PAUSE
+        WRITE: commands wait, reads answer) until the replica has applied its whole replication
+        stream: every write the master acknowledged is on the replica (what Redis's own FAILOVER
+        command ensures), and the writes that waited die with it unapplied. Returns the times
+        (Unix seconds) of the pause, the kill and the promotion, the offsets compared and the
+        bytes of replication stream the replica lacked once writes were paused."""
+        master = self.master_port()
+        (old,) = [k for k in ("redis", "redis-replica") if self.ports[k] == master]
+        new = "redis-replica" if old == "redis" else "redis"
+
+        def offsets() -> tuple[int, int]:
+            def field(port: int, key: str) -> int:
+                for line in redis_cli(port, "INFO", "replication").splitlines():
+                    if line.startswith(key + ":"):
+                        return int(line.split(":", 1)[1])
+                raise ValueError(f"no {key} in INFO replication of {port}")
+            return field(master, "master_repl_offset"), field(self.ports[new], "slave_repl_offset")
+
+        def caught_up() -> bool:
+            m, r = offsets()
+            return m == r
+
+        out: dict = {"paused": time.time()}
+        if redis_cli(master, "CLIENT", "PAUSE", str(int(timeout * 1000)), "WRITE") != "OK":
+            raise RuntimeError(f"CLIENT PAUSE refused by the master on {master}")
+        # What the replica still lacked at a first look once writes stopped: what a crash of the
+        # master at that instant would have lost.
+        m, r = offsets()
+        out["behind_at_pause"] = m - r
+        wait_until(caught_up, 10, "the replica to apply every write")
+        out["offsets"] = offsets()
+        self.procs[old].kill()
+        out["killed"] = time.time()
+        wait_until(lambda: all(self.master_port(i) == self.ports[new] for i in range(self.sentinels)),
+                   timeout, "the replica's promotion")
+        out["promoted"] = time.time()
+        return out
 
     def _envoy_ready(self) -> bool:
         code, _ = http_get(f"http://127.0.0.1:{self.ports['envoy-admin']}/ready")
@@ -389,7 +499,8 @@ class Stack:
         return json.loads(http_get(self.mock_url + "/stats")[1])
 
     def down(self) -> None:
-        for name in ["envoy", *[k for k in self.procs if k.startswith("ext-authz")], "mock", "redis"]:
+        for name in ["envoy", *[k for k in self.procs if k.startswith("ext-authz")], "mock",
+                     *[k for k in self.procs if k.startswith("sentinel-")], "redis", "redis-replica"]:
             if name in self.procs:
                 self.procs[name].stop()
 

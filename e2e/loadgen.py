@@ -59,6 +59,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--duration", type=float, default=60.0, help="start no call after this many seconds")
     ap.add_argument("--start-at", type=float, default=0.0, help="Unix time to start at")
+    ap.add_argument("--ready", default="", help="create this file once the client is built (before waiting to start)")
+    ap.add_argument("--start-file", default="",
+                    help="wait (up to 5 minutes) for this file, which holds a Unix time, and start --start-offset "
+                         "seconds after it (instead of --start-at)")
+    ap.add_argument("--start-offset", type=float, default=0.0)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--stream-every", type=int, default=3, help="every n-th call of a thread streams (0: never)")
     ap.add_argument("--source", default="", help="local address to connect from (the shipped envoy.yaml names the tenant by it)")
@@ -163,6 +168,16 @@ def main(argv: list[str]) -> int:
          "first_ok": None, "last_ok": None}
     # streamed: successful streamed calls; stream_usage: those whose last chunk carried the usage.
 
+    if a.ready:
+        Path(a.ready).touch()
+    if a.start_file:
+        give_up = time.time() + 300
+        while not Path(a.start_file).exists():
+            if time.time() > give_up:
+                print(f"loadgen: no {a.start_file} after 5 minutes", file=sys.stderr)
+                return 1
+            time.sleep(0.05)
+        a.start_at = float(Path(a.start_file).read_text()) + a.start_offset
     if a.start_at > 0:
         time.sleep(max(0.0, a.start_at - time.time()))
     start = time.time()
@@ -175,9 +190,10 @@ def main(argv: list[str]) -> int:
         i = 0
         while time.time() < deadline:
             if a.burst_every > 0:
-                time.sleep(a.burst_every - time.time() % a.burst_every)
-                if time.time() >= deadline:
+                wait = a.burst_every - time.time() % a.burst_every
+                if time.time() + wait >= deadline:
                     break
+                time.sleep(wait)
             t_call = time.time()
             idx = (a.offset + w * 5 + i) % len(prompts)
             p = prompts[idx]
