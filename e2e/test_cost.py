@@ -2,23 +2,17 @@
 SDKs in several OS processes, and a mock provider that bills every answer from its own price list
 (e2e/mockprovider/ledger.go: the providers' list prices, cited, never the limiter's table).
 
-One stack, three phases:
+One stack, four phases:
 
 1. Mixed models, streams and cached prompts under a budget they do not reach (gpt-4o through the
-   `openai` SDK; Claude Sonnet through the `anthropic` SDK, every other call on a cached
-   2,750-token system prefix, written once then read, every other call streamed): once every
-   response has settled, what each provider's budget holds as spent equals the mock's bill to the
-   micro-dollar, and so does the spend the replicas count.
+   `openai` SDK, every other call streamed; Claude Sonnet through the `anthropic` SDK, every other
+   call on a cached 2,750-token system prefix, written once then read, every other call
+   streamed): once every response has settled, what each provider's budget holds as spent equals
+   the mock's bill to the micro-dollar, and so does the spend the replicas count.
 2. Saturation: three `openai` SDK processes call gpt-4o-mini far above a 0.02 USD budget, every
    other call streamed. The mock's bill never exceeds the budget, the requests admitted before
    the first refusal spent at least 95% of it, the budget holds what the mock billed, and the
    three replicas together count its 80% threshold once.
-
-OpenAI's streams are not in phase 1's exact comparison: under load a few percent of them reach
-the response path without their final usage chunk (the SDK receives it; the settlement counts
-`no_usage` and keeps the reservation, on main as here), so their budgets keep the most each
-could cost. Phase 2's requests reserve exactly what they cost (max_tokens is the mock's
-completion), so its streams settle to the bill either way.
 3. The refusal as the SDKs see it: the `openai` SDK raises RateLimitError with code
    insufficient_quota and the budget's message, the `anthropic` SDK RateLimitError with the
    message, and neither retries (each call reaches the limiter once).
@@ -153,7 +147,7 @@ def cost(tmp_path_factory):
         stack.up()
         # 1. Mixed models, streams, cached prompts: below the budget.
         mixed = [{"provider": "openai", "model": "gpt-4o", "key": "sk-cost-openai-0", "threads": 3, "max_tokens": 64,
-                  "stream_every": 0, "ramp": 1},
+                  "stream_every": 2, "ramp": 1},
                  {"provider": "anthropic", "model": sc.ANTHROPIC_MODEL, "key": "sk-cost-anthropic-1", "threads": 3,
                   "max_tokens": 64, "stream_every": 2, "cache_every": 2, "offset": 5, "ramp": 1}]
         out["mixed_clients"] = sc.client_totals(sc.run_load(stack, "cost-mixed", 10.0, python=mixed, start_delay=6.0))

@@ -51,6 +51,11 @@ type Server struct {
 	ErrorLatency time.Duration
 	// Compress compresses replies in a coding the client accepts, as the providers' APIs do.
 	Compress bool
+	// DoneLinger holds a chat completion stream open this long after its data: [DONE] event,
+	// as a reply whose end (its last chunk, a compressed stream's trailer) comes after its end
+	// marker: a client that stops reading at [DONE], as the OpenAI SDKs do, closes the
+	// connection before the reply ends.
+	DoneLinger time.Duration
 	// CountChars counts OpenAI requests by the rate-limits guide's character rule instead of
 	// prompt plus max_tokens.
 	CountChars bool
@@ -550,7 +555,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, p *Price, id int64
 		e.send("", c)
 	}
 	e.every = 0
-	e.send("", "[DONE]")
+	if e.send("", "[DONE]") {
+		pause(r, s.DoneLinger)
+	}
 }
 
 func (s *Server) responses(w http.ResponseWriter, r *http.Request, p *Price, id int64) {

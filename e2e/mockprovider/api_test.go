@@ -141,6 +141,37 @@ func TestChatStreamEndsWithUsage(t *testing.T) {
 	}
 }
 
+// DoneLinger keeps a stream open after its [DONE], which arrives whole before the reply ends.
+func TestChatStreamLingersAfterDone(t *testing.T) {
+	t.Parallel()
+	const linger = 300 * time.Millisecond
+	ts, _ := newTestServer(t, 1000)
+	ts.Config.Handler.(*Server).DoneLinger = linger
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no [DONE] before %v", err)
+		}
+		if line == "data: [DONE]\n" {
+			break
+		}
+	}
+	done := time.Now()
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(done); d < linger*9/10 {
+		t.Errorf("the reply ended %v after [DONE], want about %v", d, linger)
+	}
+}
+
 func TestAnthropicMessagesAndErrors(t *testing.T) {
 	t.Parallel()
 	ts, _ := newTestServer(t, 100)

@@ -21,7 +21,8 @@
 // (the clock of its requests per day); GET /v1/models,
 // /healthz, /stats, /ledger (what each API key was billed, in micro-dollars: ledger.go); POST /price/<path> answers the price of a request without admitting it. Replies
 // are compressed in a coding the client accepts (br, zstd, gzip, deflate; -compress=false: never),
-// as the providers' APIs do; a request with x-mock-usage-tokens: N is answered with a reported
+// as the providers' APIs do; with -done-linger D a chat completion stream stays open D after its
+// data: [DONE]; a request with x-mock-usage-tokens: N is answered with a reported
 // usage of N tokens (an upstream reporting more than it used) and charged what it used. It must never
 // be exposed beyond a test network: it has no authentication.
 package main
@@ -97,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	recordPath := fs.String("record", "", "append one JSON line per answered request to this file")
 	errorLatency := fs.Duration("error-latency", 0, "how long an invalid request (400) takes to be answered")
 	compress := fs.Bool("compress", true, "compress replies in a coding the client accepts (br, zstd, gzip, deflate), as the providers do")
+	doneLinger := fs.Duration("done-linger", 0, "hold each chat completion stream open this long after its data: [DONE] (a reply that ends after its end marker)")
 
 	keyLatency := fs.String("key-latency", "", "comma-separated KEY=DURATION: the answers to these API keys take this long instead of -latency")
 	keyTPM := fs.String("key-tpm", "", "comma-separated KEY=TOKENS: these API keys are organisations of their own, with this many tokens per period per model on every provider")
@@ -120,6 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if w := *azureWindow; w != 0 && w != time.Second && w != 10*time.Second {
 		return fmt.Errorf("-azure-rpm-window %s is not 1s or 10s", w)
+	}
+	if *doneLinger < 0 {
+		return errors.New("-done-linger must not be negative")
 	}
 	if *azureTPM < 0 || *azureRPM < 0 {
 		return errors.New("-azure-tpm and -azure-rpm must not be negative")
@@ -187,6 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		EmbeddingDims:    8,
 		ChargeActual:     *charge == "actual",
 		Compress:         *compress,
+		DoneLinger:       *doneLinger,
 		CountChars:       *openaiCounting == "max_of_chars",
 		Azure:            NewAzure(AzureLimits{TPM: *azureTPM, RPM: *azureRPM, RPMWindow: *azureWindow}),
 		Anthropic:        anthropicAccounting(*anthropicITPM, *anthropicOTPM, *anthropicRPM, *cacheMin, *cacheTTL, *period, *spendCap),

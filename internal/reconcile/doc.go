@@ -17,6 +17,11 @@
 //     refund keeps its reservation on every error (the provider counted the request on arrival);
 //   - refunds nothing when Envoy answered itself (response.code_details other than via_upstream:
 //     a timeout, a reset), since the provider may have finished and billed the request;
+//   - settles a stream that ends before the response's end_of_stream from the usage already
+//     read only when its event stream had said that it was over (OpenAI's data: [DONE], at
+//     which the OpenAI SDKs close the connection, often before the reply's last chunk reaches
+//     Envoy); any other cut response keeps its reservation, since a partial report may be
+//     below what the provider billed;
 //   - releases the request's in-flight lease (max_concurrent), also when the stream breaks, and
 //     when it ends before any response (the stream opens with the request headers);
 //   - lowers the rules marked provider_feedback to what the provider's rate-limit headers say is

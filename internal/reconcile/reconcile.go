@@ -206,8 +206,10 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			st.dec.abort()
 		}
 		if !st.settled {
-			// The stream ended before the response did (reset, timeout, Envoy gone): no usage.
-			s.settle(st, provider.Usage{}, false)
+			// The stream ended before the response did (a reset, a timeout, Envoy gone, the
+			// client went away).
+			u, ok := s.cut(st)
+			s.settle(st, u, ok)
 		}
 	}()
 	for {
@@ -399,6 +401,20 @@ func (s *Server) end(st *stream) (provider.Usage, bool) {
 		}
 	}
 	return u, ok
+}
+
+// cut is the usage of a response whose stream ended before the response did: none, unless its
+// event stream had already said that it was over. The OpenAI SDKs stop reading at data: [DONE]
+// and close the connection, often before the reply's own end (its last chunk, a compressed
+// stream's trailer) reaches Envoy; Envoy then resets the request and closes the stream without
+// end_of_stream, after the usage and [DONE] passed. A reply cut before that point (a compressed
+// one included, decoded as far as it came) keeps its reservation: the provider may have billed
+// more than any partial report says. Called once the decoder, if any, has stopped.
+func (s *Server) cut(st *stream) (provider.Usage, bool) {
+	if !st.responded || st.rep.local || st.undecodable != "" {
+		return provider.Usage{}, false
+	}
+	return st.body.cut()
 }
 
 // answer is the empty reply that lets Envoy continue at once.

@@ -27,6 +27,9 @@ type parser struct {
 	over  bool   // the body (or a line) went beyond limit: no usage
 	found bool
 	usage provider.Usage
+	// done is set once an event stream has said that it is over (doneData): its usage, read
+	// before, is final even if the reply's own end never reaches the response path.
+	done bool
 }
 
 // write consumes one chunk.
@@ -104,11 +107,22 @@ func (p *parser) element(doc []byte) {
 	}
 }
 
-// line handles one SSE line: only data lines that mention usage are decoded.
+// doneData is the data of the event that ends an OpenAI stream (and the streams of the servers
+// that speak its dialect), sent after the event that carries the usage.
+var doneData = []byte("[DONE]")
+
+// line handles one SSE line: only data lines that mention usage are decoded, and the one that
+// ends the stream is noted.
 func (p *parser) line(l []byte) {
 	l = bytes.TrimSuffix(l, []byte{'\r'})
 	data, ok := bytes.CutPrefix(l, []byte("data:"))
-	if !ok || !bytes.Contains(data, usageKey) {
+	if !ok {
+		return
+	}
+	if !bytes.Contains(data, usageKey) {
+		if len(data) <= len(doneData)+2 && bytes.Equal(bytes.TrimSpace(data), doneData) {
+			p.done = true
+		}
 		return
 	}
 	p.decode(bytes.TrimSpace(data))
@@ -149,6 +163,19 @@ func (p *parser) end() (provider.Usage, bool) {
 	}
 	p.buf = nil
 	return p.usage, p.found && p.usage.Tokens() > 0
+}
+
+// cut reports the usage of a reply whose body stopped before its end: what was found, if the
+// event stream had said that it was over (done), else none.
+func (p *parser) cut() (provider.Usage, bool) {
+	if !p.sse {
+		return provider.Usage{}, false
+	}
+	u, ok := p.end()
+	if !p.done {
+		return provider.Usage{}, false
+	}
+	return u, ok
 }
 
 // frame chooses how the reply's body is framed, from its content type: server-sent events, an
