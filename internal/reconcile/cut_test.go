@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/andybalholm/brotli"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -129,5 +130,36 @@ func TestCutStreamSettles(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// A compressed event stream's decoder stops at data: [DONE], releasing its slot among the
+// replica's decoders (Options.MaxDecoders) at once: the reply of a client that hung up at [DONE]
+// stays open until Envoy's deferred close, and holding a decoder until then would leave later
+// replies undecoded (decode_busy) under load.
+func TestDecoderStopsAtDone(t *testing.T) {
+	t.Parallel()
+	usage := `data: {"choices":[],"usage":{"prompt_tokens":200,"completion_tokens":40,"total_tokens":240}}` + "\n\n"
+	for _, coding := range []string{"gzip", "deflate", "br", "zstd"} {
+		t.Run(coding, func(t *testing.T) {
+			t.Parallel()
+			c := parseCodings(coding, AllEncodings)
+			if c.n != 1 {
+				t.Fatalf("codings %+v", c)
+			}
+			p := &parser{sse: true, limit: 1 << 20}
+			released := make(chan struct{})
+			d := startDecoder(c, p, 1<<20, func() { close(released) })
+			d.write(compressEvents(t, coding, []string{`data: {"choices":[{"delta":{"content":"hi"}}]}` + "\n\n", usage, "data: [DONE]\n\n"}))
+			select {
+			case <-released:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the decoder is still held after [DONE]")
+			}
+			d.abort()
+			if u, ok := p.cut(); !ok || u.Total != 240 {
+				t.Errorf("usage %+v %v, want 240 tokens", u, ok)
+			}
+		})
 	}
 }

@@ -159,6 +159,13 @@ func decodeInto(r io.Reader, c codings, p *parser, max int64) error {
 				return errDecodeOver
 			}
 			p.write(buf[:k])
+			if p.done {
+				// The event stream said it is over: nothing after can change its usage. The
+				// decoder stops now rather than when Envoy ends the stream, which, for a reply
+				// whose client hung up at [DONE], is its deferred close seconds later: a
+				// decoder held until then is one a later reply cannot have (decode_busy).
+				return nil
+			}
 		}
 		if errors.Is(err, io.EOF) {
 			return nil

@@ -33,7 +33,8 @@
 //
 // Compressed replies (Content-Encoding gzip, x-gzip, deflate, br, zstd, up to two stacked) are
 // decoded as their chunks arrive, on one goroutine per reply fed through a pipe, within
-// Options.MaxDecoded decoded bytes and Options.MaxDecoders replies at once per replica; a reply
+// Options.MaxDecoded decoded bytes and Options.MaxDecoders replies at once per replica (a
+// reply's decoder is released at its end, or at its event stream's data: [DONE]); a reply
 // that cannot be decoded (a coding not enabled, a corrupt or truncated stream, over a bound)
 // keeps its reservation and is counted in llm_ratelimit_reconcile_errors_total by reason.
 //
