@@ -57,27 +57,71 @@ rules:
 # Load
 
 
+READY_TIMEOUT = 120.0  # seconds for every client process to be ready (its SDK imported)
+
+
+def start_file(stack: h.Stack, name: str) -> Path:
+    """The file in which run_load(stack, name, ...) writes the Unix time its clients start at."""
+    return stack.dir / f"{name}-start"
+
+
+def await_start(stack: h.Stack, name: str, timeout: float = READY_TIMEOUT + 10) -> float:
+    """The Unix time run_load(stack, name, ...) starts its clients at, once it is set."""
+    path, give_up = start_file(stack, name), time.time() + timeout
+    while not path.exists():
+        if time.time() > give_up:
+            raise TimeoutError(f"no {path} after {timeout} s")
+        time.sleep(0.05)
+    return float(path.read_text())
+
+
 def run_load(stack: h.Stack, name: str, duration: float, python: list[dict] = (), go: list[dict] = (),
-             start_delay: float = 12.0) -> list[dict]:
-    """Starts every client process together and returns their summaries (with 'kind' and 'spec')."""
-    start_at = time.time() + start_delay
+             start_delay: float | None = None) -> list[dict]:
+    """Starts every client process together and returns their summaries (with 'kind' and 'spec').
+
+    start_delay None (the default): every client starts half a second after the last of them is
+    ready (its SDK imported, its client built); a number: that many seconds from now, for a test
+    that schedules something against the start."""
+    lead = max((float(spec.get("lead", 0)) for spec in go), default=0.0)
+    ready_dir = stack.dir / f"{name}-ready"
+    start = start_file(stack, name)
+    if start_delay is None:
+        ready_dir.mkdir(parents=True, exist_ok=True)
+        start.unlink(missing_ok=True)
+        when_py = lambda i: ["--ready", str(ready_dir / f"py{i}"), "--start-file", str(start)]  # noqa: E731
+        when_go = lambda i, lead: ["-ready", str(ready_dir / f"go{i}"), "-start-file", str(start),  # noqa: E731
+                                   "-start-offset", str(-lead)]
+    else:
+        start_at = time.time() + start_delay
+        when_py = lambda i: ["--start-at", f"{start_at:.3f}"]  # noqa: E731
+        when_go = lambda i, lead: ["-start-at", f"{start_at - lead:.3f}"]  # noqa: E731
     procs = []
     for i, spec in enumerate(python):
         out = stack.dir / f"{name}-py{i}.json"
         argv = [sys.executable, str(h.E2E / "loadgen.py"), "--proxy", stack.proxy, "--out", str(out),
-                "--start-at", f"{start_at:.3f}", "--duration", str(duration), "--name", f"python-{i}"]
+                *when_py(i), "--duration", str(duration), "--name", f"python-{i}"]
         for k, v in spec.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
         procs.append(("python", spec, out, h.start(f"{name}-py{i}", argv, stack.dir)))
     for i, spec in enumerate(go):
         out = stack.dir / f"{name}-go{i}.json"
         # "lead": this client starts that many seconds before the others and runs as long.
-        lead = float(spec.get("lead", 0))
-        argv = [str(h.BIN / "goclient"), "-proxy", stack.proxy, "-out", str(out), "-start-at", f"{start_at - lead:.3f}",
-                "-duration", f"{lead or duration}s", "-prompts", str(h.PROMPTS), "-name", f"go-{spec.get('provider', 'openai')}-{i}"]
+        lead_i = float(spec.get("lead", 0))
+        argv = [str(h.BIN / "goclient"), "-proxy", stack.proxy, "-out", str(out), *when_go(i, lead_i),
+                "-duration", f"{lead_i or duration}s", "-prompts", str(h.PROMPTS), "-name", f"go-{spec.get('provider', 'openai')}-{i}"]
         for k, v in ((k, v) for k, v in spec.items() if k != "lead"):
             argv += [f"-{k.replace('_', '-')}", str(v)]
         procs.append(("go", spec, out, h.start(f"{name}-go{i}", argv, stack.dir)))
+    if start_delay is None:
+        # Every client ready (or one gone: its failure is reported below), then one start for all.
+        give_up = time.time() + READY_TIMEOUT
+        while len(list(ready_dir.iterdir())) < len(procs) and time.time() < give_up \
+                and all(proc.p.poll() is None for _, _, _, proc in procs):
+            time.sleep(0.05)
+        tmp = start.with_suffix(".tmp")
+        tmp.write_text(f"{time.time() + 0.5 + lead:.3f}")
+        tmp.replace(start)
+        start_delay = 0.5 + lead
     summaries = []
     deadline = time.time() + start_delay + duration + 300
     for kind, spec, out, proc in procs:

@@ -58,7 +58,7 @@ def _burst_run(workdir, name: str, rules: str) -> dict:
         stack.up()
         python = [{"provider": "azure", "model": DEPLOYMENT, "key": f"azure-key-{i}", "threads": THREADS,
                    "max_tokens": 16, "stream_every": 3, "offset": 7 * i, "burst_every": 1} for i in range(PROCESSES)]
-        summaries = sc.run_load(stack, name, DURATION, python=python, start_delay=8.0)
+        summaries = sc.run_load(stack, name, DURATION, python=python)
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "azure"]
 
         def azure_log() -> list[dict]:

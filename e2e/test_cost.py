@@ -150,7 +150,7 @@ def cost(tmp_path_factory):
                   "stream_every": 2, "ramp": 1},
                  {"provider": "anthropic", "model": sc.ANTHROPIC_MODEL, "key": "sk-cost-anthropic-1", "threads": 3,
                   "max_tokens": 64, "stream_every": 2, "cache_every": 2, "offset": 5, "ramp": 1}]
-        out["mixed_clients"] = sc.client_totals(sc.run_load(stack, "cost-mixed", 10.0, python=mixed, start_delay=6.0))
+        out["mixed_clients"] = sc.client_totals(sc.run_load(stack, "cost-mixed", 10.0, python=mixed))
         out["mixed_settled"] = _settled(stack)
         ledger = _ledger(stack)
         out["mixed"] = {
@@ -169,7 +169,7 @@ def cost(tmp_path_factory):
         # mock's completion (16): each reservation is what the request will cost.
         mini = [{"provider": "openai", "model": "gpt-4o-mini", "key": f"sk-cost-mini-{i}", "threads": 4, "max_tokens": 16,
                  "stream_every": 2, "offset": 7 * i, "ramp": 1} for i in range(3)]
-        out["mini_clients"] = sc.client_totals(sc.run_load(stack, "cost-mini", 20.0, python=mini, start_delay=6.0))
+        out["mini_clients"] = sc.client_totals(sc.run_load(stack, "cost-mini", 20.0, python=mini))
         out["mini_settled"] = _settled(stack)
         recs = {r["request_id"]: r for r in h.read_jsonl(stack.records_path) if r.get("request_id")}
         log = [e for e in sc.access_log(stack) if sc.meta(e, "model") == "gpt-4o-mini"]
@@ -218,7 +218,7 @@ def cost(tmp_path_factory):
         before = _settled(stack)
         rolling = [{"provider": "openai", "model": ROLLING_MODEL, "key": f"sk-cost-rolling-{i}", "threads": 3, "max_tokens": 32,
                     "stream_every": 0, "offset": 11 * i, "ramp": 1} for i in range(2)]
-        out["rolling_clients"] = sc.client_totals(sc.run_load(stack, "cost-rolling", 20.0, python=rolling, start_delay=6.0))
+        out["rolling_clients"] = sc.client_totals(sc.run_load(stack, "cost-rolling", 20.0, python=rolling))
         after = _settled(stack)
         out["rolling_settled"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         bills = sorted((r["t"], r.get("micros", 0)) for r in h.read_jsonl(stack.records_path)

@@ -82,16 +82,15 @@ def _anthropic_run(workdir, name: str, learn: bool, replicas: int, shift: bool, 
         shifted: list[float] = []
         python = [{"provider": "anthropic", "model": MODEL, "key": KEYS[i], "threads": 4, "max_tokens": 64,
                    "stream_every": 2, "offset": 5 * i, "ramp": 2} for i in range(3)]
-        start_delay = 12.0
         if shift:
             def do_shift() -> None:
-                time.sleep(start_delay + SHIFT_AT)
+                time.sleep(max(0.0, sc.await_start(stack, name) + SHIFT_AT - time.time()))
                 code, _ = h.http_post(stack.mock_url + "/control/anthropic-factor", b"1.875")
                 assert code == 200
                 shifted.append(time.time())
             th = threading.Thread(target=do_shift, daemon=True)
             th.start()
-        summaries = sc.run_load(stack, name, duration, python=python, start_delay=start_delay)
+        summaries = sc.run_load(stack, name, duration, python=python)
         if shift:
             th.join(timeout=5)
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "anthropic"]

@@ -55,7 +55,7 @@ def cut(tmp_path_factory):
         stack.up()
         clients = [{"key": f"sk-stream-usage-{i}", "threads": 4, "max_tokens": 64, "model": sc.OPENAI_MODEL,
                     "stream_every": 1, "offset": 5 * i, "ramp": 1} for i in range(2)]
-        out["clients"] = sc.client_totals(sc.run_load(stack, "stream-usage", DURATION, python=clients, start_delay=6.0))
+        out["clients"] = sc.client_totals(sc.run_load(stack, "stream-usage", DURATION, python=clients))
         answered = sum(p["admitted"] for p in stack.mock_stats()["providers"].values())
         # A cut stream settles when Envoy ends its ext_proc stream, which it may defer by seconds
         # in observability mode.

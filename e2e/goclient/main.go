@@ -22,6 +22,8 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -77,7 +79,8 @@ type options struct {
 	workers, streamEvery, maxRetries                                              int
 	maxTokens                                                                     int64
 	duration, timeout, pace, ramp                                                 time.Duration
-	startAt                                                                       float64
+	startAt, startOffset                                                          float64
+	ready, startFile                                                              string
 	offset                                                                        int
 }
 
@@ -105,6 +108,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.pace, "pace", 0, "time between the starts of a worker's calls (0: back to back)")
 	fs.DurationVar(&o.ramp, "ramp", 0, "each worker starts after a random delay up to this")
 	fs.Float64Var(&o.startAt, "start-at", 0, "Unix time to start at (0: now), to start processes together")
+	fs.StringVar(&o.ready, "ready", "", "create this file once the client is built (before waiting to start)")
+	fs.StringVar(&o.startFile, "start-file", "", "wait (up to 5 minutes) for this file, which holds a Unix time, and start -start-offset seconds after it (instead of -start-at)")
+	fs.Float64Var(&o.startOffset, "start-offset", 0, "with -start-file: seconds after its time to start at (negative: before)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -146,6 +152,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-provider %q is not openai or anthropic", o.provider)
 	}
 
+	if o.ready != "" {
+		if err := os.WriteFile(o.ready, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	if o.startFile != "" {
+		at, err := awaitStart(ctx, o.startFile)
+		if err != nil {
+			return err
+		}
+		o.startAt = at + o.startOffset
+	}
 	if o.startAt > 0 {
 		wait := time.Until(time.Unix(0, int64(o.startAt*1e9)))
 		select {
@@ -316,5 +334,28 @@ func anthropicCaller(hc *http.Client, o *options) func(context.Context, Prompt, 
 			}
 		}
 		return usage, st.Err()
+	}
+}
+
+// awaitStart waits, up to 5 minutes, for the file that holds the Unix time to start at.
+func awaitStart(ctx context.Context, path string) (float64, error) {
+	give := time.After(5 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			at, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+			if err != nil {
+				return 0, fmt.Errorf("start file %s: %w", path, err)
+			}
+			return at, nil
+		}
+		select {
+		case <-tick.C:
+		case <-give:
+			return 0, fmt.Errorf("no start file %s after 5 minutes", path)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 }
