@@ -125,7 +125,31 @@ func (p *parser) line(l []byte) {
 		}
 		return
 	}
+	if nullUsage(data) {
+		return
+	}
 	p.decode(bytes.TrimSpace(data))
+}
+
+// nullUsage reports whether every usage field that data mentions is null, as in each content
+// event of an OpenAI stream that asked for its usage (stream_options.include_usage): nothing
+// to decode. A field named otherwise ("usageMetadata") or holding a value is decoded.
+func nullUsage(data []byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, usageKey)
+		if i < 0 {
+			return true
+		}
+		v, ok := bytes.CutPrefix(rest[i+len(usageKey):], []byte(`":`))
+		if !ok {
+			return false
+		}
+		v = bytes.TrimLeft(v, " \t")
+		if !bytes.HasPrefix(v, []byte("null")) {
+			return false
+		}
+		rest = v[len("null"):]
+	}
 }
 
 // decode reads one document's usage and folds it into the usage so far: a stream's last report
