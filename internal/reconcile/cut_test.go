@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"compress/zlib"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 )
 
 // compressEvents encodes events in one coding as a provider's server streams them: the
@@ -159,6 +161,58 @@ func TestDecoderStopsAtDone(t *testing.T) {
 			d.abort()
 			if u, ok := p.cut(); !ok || u.Total != 240 {
 				t.Errorf("usage %+v %v, want 240 tokens", u, ok)
+			}
+		})
+	}
+}
+
+// A stream settles at data: [DONE], not when Envoy ends it: the lease of a reply whose client
+// hung up at [DONE] comes back at once, not at Envoy's deferred close seconds later. A
+// compressed reply settles with the first chunk that arrives once its decoder has read [DONE]
+// (the compressed stream's end, when it comes), since its decoder runs on its own.
+func TestSettlesAtDone(t *testing.T) {
+	t.Parallel()
+	events := []string{`data: {"choices":[{"delta":{"content":"hi"}}]}` + "\n\n",
+		`data: {"choices":[],"usage":{"prompt_tokens":200,"completion_tokens":40,"total_tokens":240}}` + "\n\n", "data: [DONE]\n\n"}
+	for _, coding := range []string{"", "gzip", "zstd"} {
+		t.Run("coding="+coding, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			r := e.reserve(t, false)
+			hdrs := []string{":status", "200", "content-type", "text/event-stream"}
+			b := []byte(strings.Join(events, ""))
+			if coding != "" {
+				hdrs = append(hdrs, "content-encoding", coding)
+				b = compressEvents(t, coding, events)
+			}
+			st, err := e.client.Process(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = st.CloseSend() }()
+			for _, m := range append([]*extprocv3.ProcessingRequest{requestHeaders(), answered(detailsViaUpstream, hdrs...)}, cutAfter(b, 7)...) {
+				m = proto.Clone(m).(*extprocv3.ProcessingRequest)
+				m.MetadataContext = metadata(r)
+				m.ObservabilityMode = true
+				if err := st.Send(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The stream stays open; the settlement must not wait for its end.
+			deadline := time.Now().Add(5 * time.Second)
+			for e.remaining(t, live) != 1 || e.remaining(t, tpm) != 9760 {
+				if coding != "" {
+					m := body("", false)
+					m.MetadataContext = metadata(r)
+					m.ObservabilityMode = true
+					if err := st.Send(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("stream open after [DONE]: in-flight slots %d (want 1), tokens %d (want 9760)", e.remaining(t, live), e.remaining(t, tpm))
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}

@@ -41,8 +41,10 @@
 // It never holds a response: in Envoy's observability mode it answers nothing, and in the other
 // modes it answers every message at once and does its store calls after. A response whose usage
 // never arrives keeps its reservation (the worst case, already debited): nothing leaks, since a
-// token bucket refills on its own; only the lease needs an end, and its time to live is it.
-// Metrics of refunds and overage count what the store applied, after it applied it.
+// token bucket refills on its own; only the lease needs an end, and its time to live is it. An
+// event stream settles when it says it is over (data: [DONE]; a compressed one with the next
+// chunk after that), not when Envoy ends it. Metrics of refunds and overage count what the
+// store applied, after it applied it.
 //
 // It owns the reading of a response (its JSON body or its server-sent events, within a bound),
 // the decoding, the settlement rules and the feedback rules. What a provider's usage and

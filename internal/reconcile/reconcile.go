@@ -302,7 +302,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			case st.undecodable == "":
 				st.body.write(b.GetBody())
 			}
-			if b.GetEndOfStream() {
+			if b.GetEndOfStream() || saidOver(st) {
 				u, ok := s.end(st)
 				s.settle(st, u, ok)
 			}
@@ -415,6 +415,24 @@ func (s *Server) cut(st *stream) (provider.Usage, bool) {
 		return provider.Usage{}, false
 	}
 	return st.body.cut()
+}
+
+// saidOver reports whether the reply's event stream has said, as far as it was read, that it is
+// over (data: [DONE]): its usage is final, and settling now releases its lease at once, not
+// when Envoy ends the stream, which for a client that hung up at [DONE] is its deferred close,
+// seconds later. A compressed reply's decoder stops there (decodeInto); one still decoding is
+// looked at again with the next chunk. A decoder that stopped on an error settles now too, as
+// it would at the end: without usage.
+func saidOver(st *stream) bool {
+	if st.dec != nil {
+		select {
+		case <-st.dec.done:
+			return true
+		default:
+			return false
+		}
+	}
+	return st.body.done
 }
 
 // answer is the empty reply that lets Envoy continue at once.
