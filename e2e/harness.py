@@ -13,6 +13,7 @@ import atexit
 import copy
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -488,6 +489,28 @@ class Stack:
             if k == name:
                 return int(v)
         return 0
+
+    def metric(self, name: str, *labels: str) -> float:
+        """The sum over every replica of the samples of metric `name` (a histogram's with its
+        suffix: name_count) whose label text contains each of `labels` ('result="usage"')."""
+        total = 0.0
+        for i in range(self.replicas):
+            text = http_get(f"http://127.0.0.1:{self.ports[f'admin-{i}']}/metrics")[1].decode()
+            for line in text.splitlines():
+                series, _, value = line.rpartition(" ")
+                metric, _, text_labels = series.partition("{")
+                if metric == name and all(label in text_labels for label in labels):
+                    total += float(value)
+        return total
+
+    def settlements(self) -> dict:
+        """How the replicas settled responses: result -> count, over every provider."""
+        out: dict = {}
+        for i in range(self.replicas):
+            text = http_get(f"http://127.0.0.1:{self.ports[f'admin-{i}']}/metrics")[1].decode()
+            for m in re.finditer(r'^llm_ratelimit_reconciled_responses_total\{provider="[^"]*",result="([^"]+)"\} (\S+)$', text, re.M):
+                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+        return out
 
     def price(self, path: str, body: dict) -> dict:
         code, out = http_post(self.mock_url + "/price" + path, json.dumps(body).encode())

@@ -42,7 +42,7 @@ def _run(workdir, name: str, rules: str) -> dict:
                    "stream_every": 2, "cache_every": 2, "offset": 5 * i, "ramp": 2} for i in range(3)]
         summaries = sc.run_load(stack, name, DURATION, python=python)
         recs = [r for r in h.read_jsonl(stack.records_path) if r["provider"] == "anthropic"]
-        expected = _metric_sum(stack, "llm_ratelimit_cache_read_tokens_expected_total")
+        expected = stack.metric("llm_ratelimit_cache_read_tokens_expected_total")
     finally:
         stack.down()
     ok, span = _admitted(recs, summaries)
@@ -105,15 +105,6 @@ def test_a_single_tokens_budget_wastes_what_the_provider_allows(runs):
     assert s["itpm_used"] < d["itpm_used"] - 0.2, (s, d)
 
 
-def _metric_sum(stack: h.Stack, prefix: str) -> float:
-    total = 0.0
-    for i in range(stack.replicas):
-        for line in h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode().splitlines():
-            if line.startswith(prefix):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_spend_cap_is_reported_never_paused_and_reaches_the_client(tmp_path):
     """A 429 without retry-after (the mock's spend limit): the client gets the provider's answer
     unchanged, the limiter counts it as spend_cap and pauses no bucket: its next checks admit."""
@@ -143,9 +134,9 @@ def test_spend_cap_is_reported_never_paused_and_reaches_the_client(tmp_path):
             # The provider's own answer: its message, no retry-after (the limiter adds none).
             assert "monthly spend limit" in e.message, e.message
             assert e.response.headers.get("retry-after") is None, dict(e.response.headers)
-        h.wait_until(lambda: _metric_sum(stack, 'llm_ratelimit_provider_corrections_total{kind="spend_cap"') >= 3, 10,
+        h.wait_until(lambda: stack.metric("llm_ratelimit_provider_corrections_total", 'kind="spend_cap"') >= 3, 10,
                      "spend_cap corrections", stack.replica(0))
-        assert _metric_sum(stack, 'llm_ratelimit_provider_corrections_total{kind="pause"') == 0
+        assert stack.metric("llm_ratelimit_provider_corrections_total", 'kind="pause"') == 0
         recs = h.read_jsonl(stack.records_path)
         # Every refused call reached the provider: the limiter's buckets were not paused.
         assert [r["which"] for r in recs if r["status"] == 429] == ["spend_cap"] * 3, recs
@@ -226,7 +217,7 @@ def _settle_traffic(stack: h.Stack, accept: str | None) -> dict:
     with an.messages.stream(model=MODEL, max_tokens=80, system=system, messages=story) as st:
         st.get_final_message()
     n = 6
-    h.wait_until(lambda: _metric_sum(stack, "llm_ratelimit_reconciled_responses_total{") >= n, 20, f"{stack.name}: settled")
+    h.wait_until(lambda: stack.metric("llm_ratelimit_reconciled_responses_total") >= n, 20, f"{stack.name}: settled")
     records = [r for r in h.read_jsonl(stack.records_path) if r.get("key") == "sk-settle"]
     entries: dict = {}
 
@@ -247,11 +238,11 @@ def _settle_traffic(stack: h.Stack, accept: str | None) -> dict:
         provider.append({k: r.get(k, 0) for k in ("status", "input", "cache_write", "cache_read", "itpm", "usage")})
 
     def metric(direction: str, dim: str) -> float:
-        return _metric_sum(stack, f'llm_ratelimit_reconciled_tokens_total{{dimension="{dim}",direction="{direction}",provider="anthropic"}}')
+        return stack.metric("llm_ratelimit_reconciled_tokens_total", f'dimension="{dim}"', f'direction="{direction}"', 'provider="anthropic"')
     return {"calls": n, "provider": provider, "ledger": ledger,
             "expected_reads": [int(float(sc.meta(entries[r["request_id"]], "cache_read_tokens") or 0)) for r in records],
             "settled": {k: {d: metric(k, d) for d in ("input_tokens", "output_tokens")} for k in ("refund", "overage")},
-            "decode_errors": _metric_sum(stack, "llm_ratelimit_reconcile_errors_total{")}
+            "decode_errors": stack.metric("llm_ratelimit_reconcile_errors_total")}
 
 
 def test_compressed_replies_settle_each_dimension_like_plain_ones(tmp_path):

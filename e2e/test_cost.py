@@ -26,7 +26,6 @@ One stack, four phases:
 from __future__ import annotations
 
 import json
-import re
 import time
 
 import anthropic
@@ -79,34 +78,14 @@ def _spent(stack: h.Stack, provider: str, model: str, rule: str) -> int:
     return b["limit"] - b["remaining"]
 
 
-def _metric(stack: h.Stack, name: str, labels: str = "") -> float:
-    """The sum over every replica of a metric's samples whose labels contain `labels`."""
-    total = 0.0
-    for i in range(stack.replicas):
-        text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
-        for line in text.splitlines():
-            m = re.match(rf"^{name}(\{{[^}}]*\}})? (\S+)$", line)
-            if m and labels in (m.group(1) or ""):
-                total += float(m.group(2))
-    return total
-
-
 def _settled(stack: h.Stack) -> dict:
     """Waits until the replicas settled as many responses as the mock answered (or 30 s), and
     returns how they settled them (result -> count)."""
-    def results() -> dict:
-        out: dict = {}
-        for i in range(stack.replicas):
-            text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
-            for m in re.finditer(r'^llm_ratelimit_reconciled_responses_total\{provider="[^"]*",result="([^"]+)"\} (\S+)$', text, re.M):
-                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
-        return out
-
     answered = sum(p["admitted"] for p in stack.mock_stats()["providers"].values())
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and sum(v for k, v in results().items() if k != "no_reservation") < answered:
+    while time.monotonic() < deadline and sum(v for k, v in stack.settlements().items() if k != "no_reservation") < answered:
         time.sleep(0.2)
-    r = results()
+    r = stack.settlements()
     r["answered"] = answered
     return r
 
@@ -158,8 +137,8 @@ def cost(tmp_path_factory):
             "openai_billed": _billed(ledger, "sk-cost-openai-"),
             "anthropic_spent": _spent(stack, "anthropic", sc.ANTHROPIC_MODEL, "mixed-budget"),
             "anthropic_billed": _billed(ledger, "sk-cost-anthropic-"),
-            "settled_metric": _metric(stack, "llm_ratelimit_spend_settled_micros_total", 'rule="mixed-budget"'),
-            "reserved_metric": _metric(stack, "llm_ratelimit_spend_reserved_micros_total", 'rule="mixed-budget"'),
+            "settled_metric": stack.metric("llm_ratelimit_spend_settled_micros_total", 'rule="mixed-budget"'),
+            "reserved_metric": stack.metric("llm_ratelimit_spend_reserved_micros_total", 'rule="mixed-budget"'),
             "unpriced": sum(a["unpriced"] for a in ledger["keys"].values()),
             "cache_reads": sum(1 for r in h.read_jsonl(stack.records_path) if r.get("cache_read")),
             "cache_writes": sum(1 for r in h.read_jsonl(stack.records_path) if r.get("cache_write")),
@@ -186,11 +165,11 @@ def cost(tmp_path_factory):
             "openai_spent_all": _spent(stack, "openai", "gpt-4o", "mixed-budget"),
             "openai_billed_all": _billed(ledger, "sk-cost-openai-") + _billed(ledger, "sk-cost-mini-"),
             # Counted by the replica whose take crossed 80% of the budget, by no other.
-            "threshold_crossings": _metric(stack, "llm_ratelimit_spend_threshold_crossed_total", 'rule="mini-budget"'),
+            "threshold_crossings": stack.metric("llm_ratelimit_spend_threshold_crossed_total", 'rule="mini-budget"'),
         }
 
         # 3. The SDKs meet a spent budget.
-        spent0 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        spent0 = stack.metric("llm_ratelimit_decisions_total", 'decision="spent"')
         oa = openai.OpenAI(api_key="sk-cost-sdk", base_url="http://api.openai.com/v1", max_retries=2, timeout=30.0,
                            http_client=openai.DefaultHttpx2Client(transport=clientnet.transport(stack.proxy, None)))
         try:
@@ -198,19 +177,19 @@ def cost(tmp_path_factory):
             out["openai_sdk"] = {"raised": None}
         except openai.RateLimitError as e:
             out["openai_sdk"] = {"raised": type(e).__name__, "code": e.code, "message": e.message}
-        spent1 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        spent1 = stack.metric("llm_ratelimit_decisions_total", 'decision="spent"')
         an = anthropic.Anthropic(api_key="sk-cost-sdk", base_url="http://api.anthropic.com", max_retries=2, timeout=30.0,
                                  http_client=anthropic.DefaultHttpxClient(proxy=stack.proxy, trust_env=False, verify=False))
         # Reserves about 0.00193 of the 0.002 budget and costs about 0.0001: the next one cannot fit.
         haiku = {"model": "claude-haiku-4-5", "max_tokens": 380, "messages": [{"role": "user", "content": "Hello"}]}
         an.messages.create(**haiku)
-        spent2 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        spent2 = stack.metric("llm_ratelimit_decisions_total", 'decision="spent"')
         try:
             an.messages.create(**haiku)
             out["anthropic_sdk"] = {"raised": None}
         except anthropic.RateLimitError as e:
             out["anthropic_sdk"] = {"raised": type(e).__name__, "message": str(e)}
-        spent3 = _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"')
+        spent3 = stack.metric("llm_ratelimit_decisions_total", 'decision="spent"')
         out["sdk_refusals_seen"] = {"openai": spent1 - spent0, "anthropic": spent3 - spent2}
 
         # 4. A rolling window. max_tokens is twice the mock's completion (16): every settlement
@@ -226,8 +205,8 @@ def cost(tmp_path_factory):
         out["rolling"] = {
             "requests": len(bills),
             "billed": _billed(_ledger(stack), "sk-cost-rolling-"),
-            "settled_metric": _metric(stack, "llm_ratelimit_spend_settled_micros_total", 'rule="rolling-budget"'),
-            "reserved_metric": _metric(stack, "llm_ratelimit_spend_reserved_micros_total", 'rule="rolling-budget"'),
+            "settled_metric": stack.metric("llm_ratelimit_spend_settled_micros_total", 'rule="rolling-budget"'),
+            "reserved_metric": stack.metric("llm_ratelimit_spend_reserved_micros_total", 'rule="rolling-budget"'),
             **_windows(bills),
         }
     finally:

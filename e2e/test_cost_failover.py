@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import re
 import sys
 import threading
 import time
@@ -72,18 +71,6 @@ RULES = "\n".join(f"""  - name: {b['rule']}
     match: {{provider: {p}, model: "{b['model']}*"}}
     per: [tenant]
     cost: {{limit: {b['limit'] / 1e6}, currency: USD, period: month, timezone: Europe/Paris}}""" for p, b in BUDGETS.items())
-
-
-def _metric(stack: h.Stack, name: str, *labels: str) -> float:
-    """The sum over every replica of a metric's samples whose labels contain each of `labels`."""
-    total = 0.0
-    for i in range(stack.replicas):
-        text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
-        for line in text.splitlines():
-            m = re.match(rf"^{name}(\{{[^}}]*\}})? (\S+)$", line)
-            if m and all(label in (m.group(1) or "") for label in labels):
-                total += float(m.group(2))
-    return total
 
 
 def _spent(stack: h.Stack, provider: str) -> int:
@@ -206,8 +193,8 @@ def failover(tmp_path_factory):
         # Every answer settled (or failed to): the response path followed as many reserved
         # requests as the mock answered.
         answered = _answered(stack)
-        h.wait_until(lambda: _metric(stack, "llm_ratelimit_reconciled_responses_total")
-                     - _metric(stack, "llm_ratelimit_reconciled_responses_total", 'result="no_reservation"') >= answered,
+        h.wait_until(lambda: stack.metric("llm_ratelimit_reconciled_responses_total")
+                     - stack.metric("llm_ratelimit_reconciled_responses_total", 'result="no_reservation"') >= answered,
                      30, "every answer settled")
         out["refusal"] = {p: _refused(stack, p) for p in BUDGETS}
         ledger = json.loads(h.http_get(stack.mock_url + "/ledger")[1])
@@ -224,12 +211,12 @@ def failover(tmp_path_factory):
                 "costs": sorted({r["micros"] for r in mine}),
                 "failure_mode_allowed": sum(1 for r in mine if r.get("failure_mode_allowed")),
                 "spent": _spent(stack, p),
-                "settled_metric": _metric(stack, "llm_ratelimit_spend_settled_micros_total", f'rule="{b["rule"]}"'),
-                "reserved_metric": _metric(stack, "llm_ratelimit_spend_reserved_micros_total", f'rule="{b["rule"]}"'),
-                "refusals_metric": _metric(stack, "llm_ratelimit_decisions_total", 'decision="spent"', f'provider="{p}"'),
+                "settled_metric": stack.metric("llm_ratelimit_spend_settled_micros_total", f'rule="{b["rule"]}"'),
+                "reserved_metric": stack.metric("llm_ratelimit_spend_reserved_micros_total", f'rule="{b["rule"]}"'),
+                "refusals_metric": stack.metric("llm_ratelimit_decisions_total", 'decision="spent"', f'provider="{p}"'),
             }
-        out["adjust_failed_metric"] = _metric(stack, "llm_ratelimit_reconcile_errors_total", 'reason="reconcile_adjust_failed"')
-        out["unavailable_metric"] = _metric(stack, "llm_ratelimit_decisions_total", 'decision="unavailable"')
+        out["adjust_failed_metric"] = stack.metric("llm_ratelimit_reconcile_errors_total", 'reason="reconcile_adjust_failed"')
+        out["unavailable_metric"] = stack.metric("llm_ratelimit_decisions_total", 'decision="unavailable"')
     finally:
         stack_done.set()
         for _, proc in list(clients):

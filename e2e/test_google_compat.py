@@ -18,7 +18,6 @@ body. For the OpenAI-compatible endpoint it is OpenAI's error, which the openai 
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -49,20 +48,17 @@ def _lines(stack: h.Stack) -> list[str]:
     return out
 
 
-def _metric(stack: h.Stack, prefix: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in _lines(stack) if line.startswith(prefix))
-
-
 def _settled(stack: h.Stack, provider: str, n: int) -> tuple[float, float]:
     """Waits for n responses of provider settled from their usage; returns those and the output
     tokens refunded."""
-    usage = f'llm_ratelimit_reconciled_responses_total{{provider="{provider}",result="usage"}}'
+    def usage() -> float:
+        return stack.metric("llm_ratelimit_reconciled_responses_total", f'provider="{provider}"', 'result="usage"')
     try:
-        h.wait_until(lambda: _metric(stack, usage) >= n, 20, f"{n} {provider} responses settled from usage")
+        h.wait_until(lambda: usage() >= n, 20, f"{n} {provider} responses settled from usage")
     except TimeoutError:
         raise AssertionError([x for x in _lines(stack) if x.startswith("llm_ratelimit_reconcile")]) from None
-    refund = _metric(stack, f'llm_ratelimit_reconciled_tokens_total{{dimension="output_tokens",direction="refund",provider="{provider}"}}')
-    return _metric(stack, usage), refund
+    refund = stack.metric("llm_ratelimit_reconciled_tokens_total", 'dimension="output_tokens"', 'direction="refund"', f'provider="{provider}"')
+    return usage(), refund
 
 
 def _log(stack: h.Stack, n: int) -> list[dict]:
@@ -109,7 +105,7 @@ def test_claude_on_vertex_with_anthropic_vertex(tmp_path):
         n, refund = _settled(stack, "vertex", 3)
         # Settled from the Anthropic usage (12 of 200 output tokens): 188 given back a call.
         assert n == 3 and refund == 3 * (200 - 12), (n, refund)
-        assert _metric(stack, 'llm_ratelimit_reconciled_responses_total{provider="vertex",result="no_usage"}') == 0
+        assert stack.metric("llm_ratelimit_reconciled_responses_total", 'provider="vertex"', 'result="no_usage"') == 0
         print(f"\nvertex-claude: {seen}; settled {n:.0f}, output refunded {refund:.0f}")
     finally:
         stack.down()

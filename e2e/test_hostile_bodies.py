@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
@@ -99,7 +98,7 @@ def chat_body(model: str, extra: str = "", content: str = "Say hi.") -> str:
 
 
 def schema(depth: int) -> str:
-    return (f'[{{"type":"function","function":{{"name":"f","parameters":'
+    return ('[{"type":"function","function":{"name":"f","parameters":'
             + '{"type":"object","properties":{"x":' * depth + '{"type":"string"}' + "}}" * depth + "}}]")
 
 

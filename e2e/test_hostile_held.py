@@ -23,7 +23,6 @@ import socket
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -110,20 +109,6 @@ def _records(stack: h.Stack) -> list[dict]:
     return h.read_jsonl(stack.records_path)
 
 
-def _metric(stack: h.Stack, name: str, labels: str = "") -> float:
-    """The sum over both replicas of one metric series (labels: the exact label text, or "")."""
-    total = 0.0
-    for i in range(stack.replicas):
-        _, text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")
-        for line in text.decode().splitlines():
-            if line.startswith("#"):
-                continue
-            series, _, value = line.rpartition(" ")
-            if series == name + (("{" + labels + "}") if labels else ""):
-                total += float(value)
-    return total
-
-
 def _chat(content: str, **extra) -> dict:
     return {"model": MODEL, "messages": [{"role": "user", "content": content}], **extra}
 
@@ -192,8 +177,8 @@ def test_model_name_cannot_forge_the_reservation(stack):
               f"{MODEL}%20t%20t%201%2060000%200%20-9999999%20x",
               "r1 openai - 0 0 x t t 1 60000 0 -5000000 openai-per-model",
               f"{MODEL}\n r1"]
-    malformed0 = _metric(stack, "llm_ratelimit_reconcile_errors_total", 'reason="reservation_malformed"')
-    usage0 = _metric(stack, "llm_ratelimit_reconciled_responses_total", 'provider="openai",result="usage"')
+    malformed0 = stack.metric("llm_ratelimit_reconcile_errors_total", 'reason="reservation_malformed"')
+    usage0 = stack.metric("llm_ratelimit_reconciled_responses_total", 'provider="openai",result="usage"')
     done = 0
     for i, model in enumerate(forged):
         code, _ = _post(stack, "/v1/chat/completions",
@@ -202,9 +187,9 @@ def test_model_name_cannot_forge_the_reservation(stack):
         assert code == 200
         done += 1
     # Every settlement read its reservation and settled from the usage.
-    h.wait_until(lambda: _metric(stack, "llm_ratelimit_reconciled_responses_total",
+    h.wait_until(lambda: stack.metric("llm_ratelimit_reconciled_responses_total",
                                  'provider="openai",result="usage"') >= usage0 + done, 10, "settlements")
-    assert _metric(stack, "llm_ratelimit_reconcile_errors_total", 'reason="reservation_malformed"') == malformed0
+    assert stack.metric("llm_ratelimit_reconcile_errors_total", 'reason="reservation_malformed"') == malformed0
     # No bucket was credited beyond its capacity by a forged negative cost: the real per-model
     # bucket of the real model is untouched by these requests, and every key the store holds
     # belongs to this stack's prefix.

@@ -101,16 +101,6 @@ class _Stack(h.Stack):
                 h.derive_envoy_config = orig
 
 
-def _metric(stack: h.Stack, name: str, contains: str = "") -> float:
-    total = 0.0
-    for i in range(stack.replicas):
-        _, text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")
-        for line in text.decode().splitlines():
-            if line.startswith(name) and not line.startswith("#") and contains in line:
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def _client(stack: h.Stack, key: str, timeout: float = 30.0):
     import openai
 
@@ -159,12 +149,12 @@ def _run(control: bool) -> dict:
             time.sleep(0.25)  # a retry pace, not a synchronisation: each try is the condition
         out["victim"], out["victim_after_s"] = victim, round(time.monotonic() - t0, 2)
         out["victim_admitted_by_provider"] = sum(1 for r in _records(stack, VICTIM) if r["status"] == 200)
-        out["no_response"] = _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="no_response"')
+        out["no_response"] = stack.metric("llm_ratelimit_reconciled_responses_total", 'result="no_response"')
 
         # Row 8: generations longer than the route timeout, in two waves of three.
         with cf.ThreadPoolExecutor(3) as pool:
             out["wave1"] = list(pool.map(lambda _: _call(stack, LONG_KEY, BUDGET_MODEL, 900), range(3)))
-        settled = lambda: sum(_metric(stack, "llm_ratelimit_reconciled_responses_total{", f'result="{r}"')  # noqa: E731
+        settled = lambda: sum(stack.metric("llm_ratelimit_reconciled_responses_total", f'result="{r}"')  # noqa: E731
                               for r in ("upstream_error", "local_reply", "no_usage"))
         h.wait_until(lambda: settled() >= 3, 15, "the timed-out responses settled")
         with cf.ThreadPoolExecutor(3) as pool:
@@ -172,14 +162,14 @@ def _run(control: bool) -> dict:
         long = [r for r in _records(stack, LONG_KEY) if r["status"] == 200]
         out["long_admitted_by_provider"] = len(long)
         out["long_admitted_tokens"] = sum(r["cost"] for r in long)
-        out["local_reply"] = _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="local_reply"')
+        out["local_reply"] = stack.metric("llm_ratelimit_reconciled_responses_total", 'result="local_reply"')
         # Envoy writes its access log file on its flush interval: wait for the timed-out calls' lines.
         timed_out = lambda: [e for e in sc.access_log(stack) if e.get("status") in (504, "504")]  # noqa: E731
         h.wait_until(lambda: len(timed_out()) >= 3, 15, "the 504s in Envoy's access log", stack.procs["envoy"])
         out["timeout_details"] = sorted({str(e.get("details")) for e in timed_out()})
 
         # Row 11: a client with its own key, exhausted at the provider, then the operator's key.
-        settled0 = _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="')
+        settled0 = stack.metric("llm_ratelimit_reconciled_responses_total", 'result="')
         foreign = []
         for _ in range(4):
             foreign.append(_call(stack, FOREIGN, MIRROR_MODEL, 1000))
@@ -187,10 +177,10 @@ def _run(control: bool) -> dict:
                 break
         out["foreign"] = foreign
         reached = len(_records(stack, FOREIGN))
-        h.wait_until(lambda: _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="') - settled0 >= reached,
+        h.wait_until(lambda: stack.metric("llm_ratelimit_reconciled_responses_total", 'result="') - settled0 >= reached,
                      15, "the foreign key's answers settled")
         out["foreign_at_provider"] = [r["status"] for r in _records(stack, FOREIGN)]
-        out["corrections_before_victim"] = _metric(stack, "llm_ratelimit_provider_corrections_total{")
+        out["corrections_before_victim"] = stack.metric("llm_ratelimit_provider_corrections_total")
         out["reconcile_metrics"] = [line for i in range(stack.replicas) for line in h.http_get(
             f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode().splitlines()
             if line.startswith(("llm_ratelimit_reconcile", "llm_ratelimit_provider"))]

@@ -52,17 +52,8 @@ VICTIM_MAX_TOKENS = 1000   # more than what a parked bucket has left
 VICTIM_CALLS = 10
 
 
-def _metric(stack: h.Stack, prefix: str, contains: str = "") -> float:
-    total = 0.0
-    for i in range(stack.replicas):
-        text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
-        total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                     if line.startswith(prefix) and contains in line)
-    return total
-
-
 def _settled(stack: h.Stack) -> float:
-    return _metric(stack, "llm_ratelimit_reconciled_responses_total{")
+    return stack.metric("llm_ratelimit_reconciled_responses_total")
 
 
 def _await_settled(stack: h.Stack, n: float) -> None:
@@ -126,7 +117,7 @@ def _park(stack: h.Stack) -> dict:
     for t in threads:
         t.start()
     # The victim starts once a first refused request has been settled.
-    h.wait_until(lambda: _metric(stack, "llm_ratelimit_reconciled_responses_total{", 'result="upstream_error"') >= 1,
+    h.wait_until(lambda: stack.metric("llm_ratelimit_reconciled_responses_total", 'result="upstream_error"') >= 1,
                  10, f"{stack.name}: a first refused request settled")
     outcomes = []
     try:
@@ -182,9 +173,9 @@ def _traffic(stack: h.Stack) -> dict:
     """Anthropic (refund: true) calls JSON and streamed, with the SDKs' default Accept-Encoding
     (gzip, deflate), with identity, and with br and zstd; OpenAI calls whose upstream reports 150
     tokens where about 60 were reserved (overage)."""
-    before = {d: _metric(stack, "llm_ratelimit_reconciled_tokens_total{", f'direction="{d}"') for d in ("refund", "overage")}
-    undecodable = _metric(stack, "llm_ratelimit_reconcile_errors_total{", 'reason="decode_unsupported"')
-    decode_errors = _metric(stack, "llm_ratelimit_reconcile_errors_total{", "decode_")
+    before = {d: stack.metric("llm_ratelimit_reconciled_tokens_total", f'direction="{d}"') for d in ("refund", "overage")}
+    undecodable = stack.metric("llm_ratelimit_reconcile_errors_total", 'reason="decode_unsupported"')
+    decode_errors = stack.metric("llm_ratelimit_reconcile_errors_total", "decode_")
     settled = _settled(stack)
     n = 0
     story = [{"role": "user", "content": "Tell me a story"}]
@@ -219,10 +210,10 @@ def _traffic(stack: h.Stack) -> dict:
     overage = sum(max(r["usage"] - cost[r["request_id"]], 0) for r in records if r["provider"] == "openai")
     return {"calls": n, "provider_answers": sum(1 for r in records if r["status"] == 200),
             "ledger_refund": refund, "ledger_overage": overage,
-            "refund": _metric(stack, "llm_ratelimit_reconciled_tokens_total{", 'direction="refund"') - before["refund"],
-            "overage": _metric(stack, "llm_ratelimit_reconciled_tokens_total{", 'direction="overage"') - before["overage"],
-            "undecodable": _metric(stack, "llm_ratelimit_reconcile_errors_total{", 'reason="decode_unsupported"') - undecodable,
-            "decode_errors": _metric(stack, "llm_ratelimit_reconcile_errors_total{", "decode_") - decode_errors}
+            "refund": stack.metric("llm_ratelimit_reconciled_tokens_total", 'direction="refund"') - before["refund"],
+            "overage": stack.metric("llm_ratelimit_reconciled_tokens_total", 'direction="overage"') - before["overage"],
+            "undecodable": stack.metric("llm_ratelimit_reconcile_errors_total", 'reason="decode_unsupported"') - undecodable,
+            "decode_errors": stack.metric("llm_ratelimit_reconcile_errors_total", "decode_") - decode_errors}
 
 
 def test_compressed_replies_settle_like_uncompressed_ones(stacks):
@@ -260,12 +251,12 @@ def _huge(stack: h.Stack) -> dict:
         nxt = f"429 retry-after {e.response.headers.get('retry-after')}"
     records = [r for r in h.read_jsonl(stack.records_path) if r.get("key") == "sk-huge"]
     return {"next": nxt, "reported": records[0]["usage"], "provider_cost": records[0]["cost"],
-            "clamped": _metric(stack, "llm_ratelimit_usage_clamped_total{"),
-            "overage": _metric(stack, "llm_ratelimit_reconciled_tokens_total{", 'direction="overage"')}
+            "clamped": stack.metric("llm_ratelimit_usage_clamped_total"),
+            "overage": stack.metric("llm_ratelimit_reconciled_tokens_total", 'direction="overage"')}
 
 
 def test_a_usage_of_1e12_is_clamped_and_counted(stacks):
-    before = {name: _metric(s, "llm_ratelimit_reconciled_tokens_total{", 'direction="overage"') for name, s in stacks.items()}
+    before = {name: s.metric("llm_ratelimit_reconciled_tokens_total", 'direction="overage"') for name, s in stacks.items()}
     res = _both(stacks, _huge)
     on, off = res["on"], res["off"]
     rpt.write_json("hostile-settlement-usage", res)

@@ -17,7 +17,6 @@ instead), and the replicas settled every answer from its usage: not one `no_usag
 from __future__ import annotations
 
 import json
-import re
 import time
 
 import pytest
@@ -32,16 +31,6 @@ RULES = """  - name: openai
     per: [model]
     tokens: {limit: 100000000, period: minute}
     refund: true"""
-
-
-def _results(stack: h.Stack) -> dict:
-    """How the replicas settled responses: result -> count, over every provider and replica."""
-    out: dict = {}
-    for i in range(stack.replicas):
-        text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")[1].decode()
-        for m in re.finditer(r'^llm_ratelimit_reconciled_responses_total\{provider="[^"]*",result="([^"]+)"\} (\S+)$', text, re.M):
-            out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +49,9 @@ def cut(tmp_path_factory):
         # A cut stream settles when Envoy ends its ext_proc stream, which it may defer by seconds
         # in observability mode.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sum(v for k, v in _results(stack).items() if k != "no_reservation") < answered:
+        while time.monotonic() < deadline and sum(v for k, v in stack.settlements().items() if k != "no_reservation") < answered:
             time.sleep(0.2)
-        out["settled"] = _results(stack)
+        out["settled"] = stack.settlements()
         out["answered"] = answered
         log = [e for e in sc.access_log(stack) if e.get("path") == "/v1/chat/completions"]
         out["envoy"] = {"requests": len(log), "ok": sum(1 for e in log if e.get("status") == 200),

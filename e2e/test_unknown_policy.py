@@ -104,16 +104,6 @@ def _images(stack: h.Stack) -> int:
         return e.status_code
 
 
-def _metric(stack: h.Stack, name: str, *labels: str) -> float:
-    total = 0.0
-    for i in range(stack.replicas):
-        _, text = h.http_get(f"http://127.0.0.1:{stack.ports[f'admin-{i}']}/metrics")
-        for line in text.decode().splitlines():
-            if line.startswith(name + "{") and all(lab in line for lab in labels):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def _entries(stack: h.Stack, want: int, pred) -> list[dict]:
     """The access-log entries pred selects, once there are want of them (Envoy flushes its file
     on an interval)."""
@@ -138,8 +128,8 @@ def _run(policy: str) -> dict:
         images = _entries(stack, 6, lambda e: sc.meta(e, "api") == "unpriced")
         out["images_meta"] = [{k: sc.meta(e, k) for k in ("decision", "provider", "cost", "estimate_reason")}
                               for e in images]
-        out["decisions_unknown"] = _metric(stack, "llm_ratelimit_decisions_total", 'provider="unknown"')
-        out["unknown_denied"] = _metric(stack, "llm_ratelimit_decisions_total", 'decision="unknown_denied"')
+        out["decisions_unknown"] = stack.metric("llm_ratelimit_decisions_total", 'provider="unknown"')
+        out["unknown_denied"] = stack.metric("llm_ratelimit_decisions_total", 'decision="unknown_denied"')
     finally:
         stack.down()
     rpt.write_json(name, out)
