@@ -512,6 +512,27 @@ class Stack:
                 out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
         return out
 
+    def await_settled(self, timeout: float = 30.0) -> dict:
+        """Waits until the replicas settled as many responses as the mock answered (or timeout
+        seconds: a cut stream settles when Envoy ends its ext_proc stream, which it may defer by
+        seconds), and returns how they settled them (settlements) with "answered"."""
+        answered = sum(p["admitted"] for p in self.mock_stats()["providers"].values())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and \
+                sum(v for k, v in self.settlements().items() if k != "no_reservation") < answered:
+            time.sleep(0.2)
+        return {**self.settlements(), "answered": answered}
+
+    def spent(self, provider: str, model: str, tenant: str, rule: str) -> int:
+        """What the store holds as spent in a money budget: its limit less what remains, read
+        through the first replica's admin API (a peek, which writes nothing)."""
+        code, body = http_get(f"http://127.0.0.1:{self.ports['admin-0']}/v1/buckets?provider={provider}"
+                              f"&model={model}&tenant={tenant}&rule={rule}")
+        if code != 200:
+            raise RuntimeError(f"admin buckets: {code} {body!r}")
+        (b,) = [b for b in json.loads(body)["buckets"] if b["kind"] == "spend"]
+        return b["limit"] - b["remaining"]
+
     def price(self, path: str, body: dict) -> dict:
         code, out = http_post(self.mock_url + "/price" + path, json.dumps(body).encode())
         if code != 200:

@@ -26,7 +26,6 @@ One stack, four phases:
 from __future__ import annotations
 
 import json
-import time
 
 import anthropic
 import openai
@@ -66,28 +65,6 @@ def _ledger(stack: h.Stack) -> dict:
 
 def _billed(ledger: dict, prefix: str) -> int:
     return sum(a["micros"] for k, a in ledger["keys"].items() if k.startswith(prefix))
-
-
-def _spent(stack: h.Stack, provider: str, model: str, rule: str) -> int:
-    """What the limiter holds as spent in rule's budget for the tenant: limit less remaining,
-    read through the admin API (a peek that writes nothing)."""
-    code, body = h.http_get(f"http://127.0.0.1:{stack.ports['admin-0']}/v1/buckets?provider={provider}"
-                            f"&model={model}&tenant={TENANT}&rule={rule}")
-    assert code == 200, body
-    (b,) = [b for b in json.loads(body)["buckets"] if b["kind"] == "spend"]
-    return b["limit"] - b["remaining"]
-
-
-def _settled(stack: h.Stack) -> dict:
-    """Waits until the replicas settled as many responses as the mock answered (or 30 s), and
-    returns how they settled them (result -> count)."""
-    answered = sum(p["admitted"] for p in stack.mock_stats()["providers"].values())
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and sum(v for k, v in stack.settlements().items() if k != "no_reservation") < answered:
-        time.sleep(0.2)
-    r = stack.settlements()
-    r["answered"] = answered
-    return r
 
 
 def _windows(bills: list[tuple[float, int]]) -> dict:
@@ -130,12 +107,12 @@ def cost(tmp_path_factory):
                  {"provider": "anthropic", "model": sc.ANTHROPIC_MODEL, "key": "sk-cost-anthropic-1", "threads": 3,
                   "max_tokens": 64, "stream_every": 2, "cache_every": 2, "offset": 5, "ramp": 1}]
         out["mixed_clients"] = sc.client_totals(sc.run_load(stack, "cost-mixed", 10.0, python=mixed))
-        out["mixed_settled"] = _settled(stack)
+        out["mixed_settled"] = stack.await_settled()
         ledger = _ledger(stack)
         out["mixed"] = {
-            "openai_spent": _spent(stack, "openai", "gpt-4o", "mixed-budget"),
+            "openai_spent": stack.spent("openai", "gpt-4o", TENANT, "mixed-budget"),
             "openai_billed": _billed(ledger, "sk-cost-openai-"),
-            "anthropic_spent": _spent(stack, "anthropic", sc.ANTHROPIC_MODEL, "mixed-budget"),
+            "anthropic_spent": stack.spent("anthropic", sc.ANTHROPIC_MODEL, TENANT, "mixed-budget"),
             "anthropic_billed": _billed(ledger, "sk-cost-anthropic-"),
             "settled_metric": stack.metric("llm_ratelimit_spend_settled_micros_total", 'rule="mixed-budget"'),
             "reserved_metric": stack.metric("llm_ratelimit_spend_reserved_micros_total", 'rule="mixed-budget"'),
@@ -149,7 +126,7 @@ def cost(tmp_path_factory):
         mini = [{"provider": "openai", "model": "gpt-4o-mini", "key": f"sk-cost-mini-{i}", "threads": 4, "max_tokens": 16,
                  "stream_every": 2, "offset": 7 * i, "ramp": 1} for i in range(3)]
         out["mini_clients"] = sc.client_totals(sc.run_load(stack, "cost-mini", 20.0, python=mini))
-        out["mini_settled"] = _settled(stack)
+        out["mini_settled"] = stack.await_settled()
         recs = {r["request_id"]: r for r in h.read_jsonl(stack.records_path) if r.get("request_id")}
         log = [e for e in sc.access_log(stack) if sc.meta(e, "model") == "gpt-4o-mini"]
         refusals = sorted(sc.iso_time(e["time"]) for e in log if sc.meta(e, "decision") == "spent")
@@ -159,10 +136,10 @@ def cost(tmp_path_factory):
         ledger = _ledger(stack)
         out["mini"] = {
             "billed": _billed(ledger, "sk-cost-mini-"),
-            "spent": _spent(stack, "openai", "gpt-4o-mini", "mini-budget"),
+            "spent": stack.spent("openai", "gpt-4o-mini", TENANT, "mini-budget"),
             "refusals": len(refusals),
             "billed_before_first_refusal": before,
-            "openai_spent_all": _spent(stack, "openai", "gpt-4o", "mixed-budget"),
+            "openai_spent_all": stack.spent("openai", "gpt-4o", TENANT, "mixed-budget"),
             "openai_billed_all": _billed(ledger, "sk-cost-openai-") + _billed(ledger, "sk-cost-mini-"),
             # Counted by the replica whose take crossed 80% of the budget, by no other.
             "threshold_crossings": stack.metric("llm_ratelimit_spend_threshold_crossed_total", 'rule="mini-budget"'),
@@ -194,11 +171,11 @@ def cost(tmp_path_factory):
 
         # 4. A rolling window. max_tokens is twice the mock's completion (16): every settlement
         # gives back about two fifths of its reservation.
-        before = _settled(stack)
+        before = stack.await_settled()
         rolling = [{"provider": "openai", "model": ROLLING_MODEL, "key": f"sk-cost-rolling-{i}", "threads": 3, "max_tokens": 32,
                     "stream_every": 0, "offset": 11 * i, "ramp": 1} for i in range(2)]
         out["rolling_clients"] = sc.client_totals(sc.run_load(stack, "cost-rolling", 20.0, python=rolling))
-        after = _settled(stack)
+        after = stack.await_settled()
         out["rolling_settled"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         bills = sorted((r["t"], r.get("micros", 0)) for r in h.read_jsonl(stack.records_path)
                        if r.get("key", "").startswith("sk-cost-rolling-") and r["status"] == 200)

@@ -73,17 +73,6 @@ RULES = "\n".join(f"""  - name: {b['rule']}
     cost: {{limit: {b['limit'] / 1e6}, currency: USD, period: month, timezone: Europe/Paris}}""" for p, b in BUDGETS.items())
 
 
-def _spent(stack: h.Stack, provider: str) -> int:
-    """What the store holds as spent in provider's budget: limit less remaining, read through the
-    admin API of a replica (a peek on the master, which writes nothing)."""
-    b = BUDGETS[provider]
-    code, body = h.http_get(f"http://127.0.0.1:{stack.ports['admin-0']}/v1/buckets?provider={provider}"
-                            f"&model={b['model']}&tenant={TENANT}&rule={b['rule']}")
-    assert code == 200, body
-    (s,) = [s for s in json.loads(body)["buckets"] if s["kind"] == "spend"]
-    return s["limit"] - s["remaining"]
-
-
 def _inflight(stack: h.Stack) -> int:
     return stack.mock_stats()["inflight"]
 
@@ -210,7 +199,7 @@ def failover(tmp_path_factory):
                 "demand": sum(s["calls"] for s in summaries if s["provider"] == p) * (mine[0]["micros"] if mine else 0),
                 "costs": sorted({r["micros"] for r in mine}),
                 "failure_mode_allowed": sum(1 for r in mine if r.get("failure_mode_allowed")),
-                "spent": _spent(stack, p),
+                "spent": stack.spent(p, b["model"], TENANT, b["rule"]),
                 "settled_metric": stack.metric("llm_ratelimit_spend_settled_micros_total", f'rule="{b["rule"]}"'),
                 "reserved_metric": stack.metric("llm_ratelimit_spend_reserved_micros_total", f'rule="{b["rule"]}"'),
                 "refusals_metric": stack.metric("llm_ratelimit_decisions_total", 'decision="spent"', f'provider="{p}"'),

@@ -2,17 +2,13 @@ package reconcile
 
 import (
 	"bytes"
-	"compress/zlib"
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/andybalholm/brotli"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
@@ -24,26 +20,7 @@ import (
 func compressEvents(t *testing.T, coding string, events []string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	var w interface {
-		Write([]byte) (int, error)
-		Flush() error
-	}
-	switch coding {
-	case "gzip":
-		w = gzip.NewWriter(&buf)
-	case "deflate":
-		w = zlib.NewWriter(&buf)
-	case "br":
-		w = brotli.NewWriter(&buf)
-	case "zstd":
-		zw, err := zstd.NewWriter(&buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w = zw
-	default:
-		t.Fatalf("no coding %s", coding)
-	}
+	w := newCompressor(t, coding, &buf)
 	for _, ev := range events {
 		if _, err := w.Write([]byte(ev)); err != nil {
 			t.Fatal(err)

@@ -17,33 +17,42 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/bucket"
 )
 
+// compressor is what a provider's server compresses a reply with.
+type compressor interface {
+	Write([]byte) (int, error)
+	Flush() error
+	Close() error
+}
+
+// newCompressor writes one coding into buf.
+func newCompressor(t testing.TB, coding string, buf *bytes.Buffer) compressor {
+	t.Helper()
+	switch coding {
+	case "gzip":
+		return gzip.NewWriter(buf)
+	case "deflate":
+		return zlib.NewWriter(buf)
+	case "deflate-raw":
+		fw, _ := flate.NewWriter(buf, flate.DefaultCompression)
+		return fw
+	case "br":
+		return brotli.NewWriter(buf)
+	case "zstd":
+		zw, err := zstd.NewWriter(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return zw
+	}
+	t.Fatalf("no coding %s", coding)
+	return nil
+}
+
 // compress encodes b in one coding, as a provider's server would.
 func compress(t testing.TB, coding string, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	var w interface {
-		Write([]byte) (int, error)
-		Close() error
-	}
-	switch coding {
-	case "gzip":
-		w = gzip.NewWriter(&buf)
-	case "deflate":
-		w = zlib.NewWriter(&buf)
-	case "deflate-raw":
-		fw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
-		w = fw
-	case "br":
-		w = brotli.NewWriter(&buf)
-	case "zstd":
-		zw, err := zstd.NewWriter(&buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w = zw
-	default:
-		t.Fatalf("no coding %s", coding)
-	}
+	w := newCompressor(t, coding, &buf)
 	if _, err := w.Write(b); err != nil {
 		t.Fatal(err)
 	}
