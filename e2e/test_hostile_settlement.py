@@ -47,8 +47,8 @@ rules:
 """
 OFF = "settlement: {decode: [], keep_on_client_error: 0, usage_factor: 0, max_usage_tokens: 1000000000000}"
 
-ATTACK_MAX_TOKENS = 39000  # with its prompt, just under the Anthropic bucket's 40000
-VICTIM_MAX_TOKENS = 1000   # more than what a parked bucket has left
+ATTACK_MAX_TOKENS = 39800  # with its prompt, just under the Anthropic bucket's 40000
+VICTIM_MAX_TOKENS = 300    # more than a parked bucket has left; a served victim keeps the attack out until it refills (0.5 s)
 VICTIM_CALLS = 10
 
 
@@ -99,7 +99,7 @@ def _both(stacks, fn):
 
 def _park(stack: h.Stack) -> dict:
     """Four attacker threads loop on a body the provider refuses (content 42: a 400) with
-    max_tokens 39000; after a second, the victim makes 10 calls one after the other."""
+    max_tokens 39800; after a second, the victim makes 10 calls one after the other."""
     stop = threading.Event()
     _, an_attacker = _clients(stack, "sk-attacker")
     _, an_victim = _clients(stack, "sk-victim")
@@ -146,7 +146,7 @@ def test_a_4xx_keeps_part_of_its_reservation_so_nothing_is_parked_for_free(stack
     # The control: refunded in full, the attackers keep the bucket parked and the victim starves.
     assert off["victim"].count("429") >= VICTIM_CALLS // 2, off
     # With the defence, each refused request keeps a quarter: after the first, the attackers'
-    # 39000 no longer fits and they hold nothing; the victim is served.
+    # 39800 no longer fits and they hold nothing; the victim is served.
     assert on["victim"].count("ok") == VICTIM_CALLS and on["victim_admitted_by_provider"] == VICTIM_CALLS, on
     assert on["attacker_at_provider"] < off["attacker_at_provider"], res
     # The provider admitted none of the attack: its cost to the budget was the limiter's alone.
