@@ -65,14 +65,21 @@ func TestSettleCost(t *testing.T) {
 	}
 }
 
+// holdGPT4o reserves 350 micro-USD of the budget for a gpt-4o request of 100 prompt and 10
+// output tokens, at gpt-4o's price.
+func holdGPT4o(t *testing.T, e *env) *reservation.Reservation {
+	t.Helper()
+	p := price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}
+	return e.hold(t, &reservation.Reservation{Tag: "openai", Model: "gpt-4o", Prompt: 100, Output: 10, Weight: 1, Price: &p,
+		Buckets: []reservation.Bucket{{Kind: reservation.KindCost, Refund: true, Spec: withCost(budget, 350)}}})
+}
+
 // A usage above the reservation is charged in full: OpenAI's usage counts cached tokens inside
 // prompt_tokens, at the cached price.
 func TestSettleCostOverage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	p := price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}
-	r := e.hold(t, &reservation.Reservation{Tag: "openai", Model: "gpt-4o", Prompt: 100, Output: 10, Weight: 1, Price: &p,
-		Buckets: []reservation.Bucket{{Kind: reservation.KindCost, Refund: true, Spec: withCost(budget, 350)}}})
+	r := holdGPT4o(t, e)
 	// 100 prompt of which 60 cached, 20 output: 40 x 2.5 + 60 x 1.25 + 20 x 10 = 100 + 75 + 200.
 	e.run(t, r, true, headers(":status", "200", "content-type", "application/json"),
 		body(`{"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":60}}}`, true))
@@ -86,9 +93,7 @@ func TestSettleCostOverage(t *testing.T) {
 func TestSettleCostClamped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	p := price.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 2_500_000, Output: 10_000_000}
-	r := e.hold(t, &reservation.Reservation{Tag: "openai", Model: "gpt-4o", Prompt: 100, Output: 10, Weight: 1, Price: &p,
-		Buckets: []reservation.Bucket{{Kind: reservation.KindCost, Refund: true, Spec: withCost(budget, 350)}}})
+	r := holdGPT4o(t, e)
 	e.run(t, r, true, headers(":status", "200", "content-type", "application/json"),
 		body(`{"usage":{"prompt_tokens":1000000,"completion_tokens":10,"total_tokens":1000010}}`, true))
 	// The bound is 8 x 110 = 880 tokens: 880 prompt at 2.5 and 10 output at 10.
