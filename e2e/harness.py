@@ -172,6 +172,14 @@ def ext_authz_filter(cfg: dict) -> dict:
     raise KeyError("no ext_authz filter in the shipped envoy.yaml")
 
 
+def ext_proc_filter(cfg: dict) -> dict:
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    for f in hcm["http_filters"]:
+        if f["name"] == "envoy.filters.http.ext_proc":
+            return f["typed_config"]
+    raise KeyError("no ext_proc filter in the shipped envoy.yaml")
+
+
 def _static_endpoints(cluster: dict, addrs: list[tuple[str, int]]) -> None:
     cluster["type"] = "STATIC"
     cluster.pop("dns_lookup_family", None)
@@ -186,7 +194,8 @@ def derive_envoy_config(shipped: dict, *, listen_port: int, admin_port: int,
     - the listener and the admin interface on 127.0.0.1 free ports;
     - every TLS upstream (the providers) to the mock on loopback, without TLS: the transport
       socket goes, and with it ALPN, so the protocol becomes explicit HTTP/1.1;
-    - the ext_authz cluster's endpoints to the local replicas (STATIC instead of DNS).
+    - the endpoints of the replicas' clusters (ext_authz, ext_proc) to the local replicas
+      (STATIC instead of DNS).
 
     Routes, filters, timeouts, health checks, retry policies and context_extensions are the
     shipped ones. changed_paths() lists what differs, and the suite checks that list.
@@ -197,10 +206,10 @@ def derive_envoy_config(shipped: dict, *, listen_port: int, admin_port: int,
     if len(listeners) != 1:
         raise ValueError(f"the shipped config has {len(listeners)} listeners; the suite expects 1")
     listeners[0]["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": listen_port}
-    authz_cluster = ext_authz_filter(cfg)["grpc_service"]["envoy_grpc"]["cluster_name"]
+    replica_clusters = {f["grpc_service"]["envoy_grpc"]["cluster_name"] for f in (ext_authz_filter(cfg), ext_proc_filter(cfg))}
     swapped = 0
     for c in cfg["static_resources"]["clusters"]:
-        if c["name"] == authz_cluster:
+        if c["name"] in replica_clusters:
             _static_endpoints(c, authz)
         elif "transport_socket" in c:
             del c["transport_socket"]

@@ -4,6 +4,7 @@ the official OpenAI and Anthropic SDKs (Python and Go) in many processes. Run by
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
@@ -37,6 +38,17 @@ def test_shipped_envoy_yaml_validates():
     assert body["max_request_bytes"] + 64 * 1024 < 8 * 1024 * 1024  # ext-authz -max-recv-bytes default
     assert authz["grpc_service"]["timeout"]
     assert "failure_mode_allow" in authz
+    # The response path has a cluster of its own (its own round robin), the same as the checks'
+    # but for its name and the service its health check asks for.
+    clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
+    checks = clusters[authz["grpc_service"]["envoy_grpc"]["cluster_name"]]
+    responses = clusters[h.ext_proc_filter(cfg)["grpc_service"]["envoy_grpc"]["cluster_name"]]
+    assert responses is not checks and responses["lb_policy"] == checks["lb_policy"] == "ROUND_ROBIN"
+    assert checks["health_checks"][0]["grpc_health_check"]["service_name"] == "envoy.service.auth.v3.Authorization"
+    assert responses["health_checks"][0]["grpc_health_check"]["service_name"] == "envoy.service.ext_proc.v3.ExternalProcessor"
+    same = lambda c: json.loads(json.dumps(c).replace(f'"{c["name"]}"', '"_"').replace(  # noqa: E731
+        c["health_checks"][0]["grpc_health_check"]["service_name"], "_"))
+    assert same(checks) == same(responses), h.changed_paths(same(checks), same(responses))
     for c in cfg["static_resources"]["clusters"]:
         if "transport_socket" in c:
             tls = c["transport_socket"]["typed_config"]
