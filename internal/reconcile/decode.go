@@ -94,7 +94,6 @@ func parseCodings(v string, enabled Encodings) codings {
 // Errors that end a decoding early; each maps to a reason.
 var (
 	errDecodeOver   = errors.New("reconcile: decoded reply over its bound")
-	errDecodeDone   = errors.New("reconcile: decoding stopped")
 	errStreamBroken = errors.New("reconcile: stream ended before the reply")
 )
 
@@ -105,14 +104,21 @@ const zstdMaxWindow = 8 << 20
 // copyBufs holds the buffers decoders copy through.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-// decoder decodes a compressed reply as its chunks arrive: Process writes each chunk into a pipe,
-// and a goroutine of its own reads the pipe through the decoders and hands the decoded bytes to
-// the parser. A pipe write returns once the decoders have taken the chunk, so the goroutine is
-// never more than one chunk behind, and the parser is touched by it alone until done is closed.
+// decoder decodes a compressed reply as its chunks arrive: a goroutine of its own reads the
+// chunks through the decoders (which pull their input) and hands the decoded bytes to the
+// parser. write returns once the decoders have decoded all they could of the chunk and ask for
+// the next one (or have stopped): the parser is then as far as the reply allows, and an event
+// stream's data: [DONE] is seen with the chunk that carries it. The goroutine touches the parser
+// only between a write's hand-over and its return, and until done is closed.
 type decoder struct {
-	pw      *io.PipeWriter
+	in      chan []byte   // the chunks, handed over one at a time
+	asked   chan struct{} // the decoders took the last chunk whole and ask for the next
 	done    chan struct{}
-	stopped bool // a write failed: the goroutine has stopped reading
+	stopped bool // the goroutine has ended: later chunks are dropped
+	closed  bool // the input was ended
+	// end is what the decoders read after the last chunk: io.EOF at the reply's end,
+	// errStreamBroken when it was cut; set before in is closed.
+	end error
 	// err is why decoding stopped early (nil: the reply decoded to its end); read after done.
 	err error
 }
@@ -120,16 +126,36 @@ type decoder struct {
 // startDecoder starts decoding c into p, at most max decoded bytes; release is called when the
 // goroutine ends.
 func startDecoder(c codings, p *parser, max int64, release func()) *decoder {
-	pr, pw := io.Pipe()
-	d := &decoder{pw: pw, done: make(chan struct{})}
+	d := &decoder{in: make(chan []byte), asked: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
 		defer release()
-		d.err = decodeInto(pr, c, p, max)
-		// Nothing reads the pipe any more: a later write fails instead of blocking.
-		pr.CloseWithError(errDecodeDone)
+		d.err = decodeInto(&feed{d: d}, c, p, max)
 	}()
 	return d
+}
+
+// feed is the decoders' input: the chunks handed to the decoder, one after the other.
+type feed struct {
+	d      *decoder
+	cur    []byte
+	handed bool // a chunk was handed over: asking for the next one tells write it is decoded
+}
+
+func (f *feed) Read(b []byte) (int, error) {
+	for len(f.cur) == 0 {
+		if f.handed {
+			f.d.asked <- struct{}{}
+		}
+		c, ok := <-f.d.in
+		if !ok {
+			return 0, f.d.end
+		}
+		f.cur, f.handed = c, true
+	}
+	n := copy(b, f.cur)
+	f.cur = f.cur[n:]
+	return n, nil
 }
 
 // decodeInto reads r through the codings, last applied first, into p.
@@ -213,27 +239,45 @@ func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
 	return nil, nil, errors.New("reconcile: no decoder")
 }
 
-// write hands one chunk to the decoders (nothing once they have stopped).
+// write hands one chunk to the decoders and returns once they have decoded all they could of it
+// (nothing once they have stopped).
 func (d *decoder) write(chunk []byte) {
 	if d.stopped || len(chunk) == 0 {
 		return
 	}
-	if _, err := d.pw.Write(chunk); err != nil {
+	select {
+	case d.in <- chunk:
+	case <-d.done:
+		d.stopped = true
+		return
+	}
+	select {
+	case <-d.asked:
+	case <-d.done:
 		d.stopped = true
 	}
 }
 
 // finish ends the input and waits for the decoders; it returns why decoding failed, if it did.
 func (d *decoder) finish() error {
-	d.pw.Close()
-	<-d.done
+	d.close(io.EOF)
 	return d.err
 }
 
 // abort ends the input of a reply that will not be settled from its usage and waits for the
 // goroutine to end.
 func (d *decoder) abort() {
-	d.pw.CloseWithError(errStreamBroken)
+	d.close(errStreamBroken)
+}
+
+// close ends the input with end (what the decoders read after the last chunk) and waits for the
+// goroutine to end.
+func (d *decoder) close(end error) {
+	if !d.closed {
+		d.closed = true
+		d.end = end
+		close(d.in)
+	}
 	<-d.done
 }
 

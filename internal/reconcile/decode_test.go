@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"compress/zlib"
+	"slices"
 	"strings"
 	"testing"
 
@@ -227,4 +228,36 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("parser kept %d bytes over its limit", len(p.buf))
 		}
 	})
+}
+
+// BenchmarkDecoderSSE decodes a compressed OpenAI stream of 500 content events (each flushed, as
+// a streaming server flushes them), its usage and [DONE], handed over in chunks of 256 bytes as
+// the response path hands over every compressed reply.
+func BenchmarkDecoderSSE(b *testing.B) {
+	content := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n\n"
+	usage := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":200,"completion_tokens":500,"total_tokens":700}}` + "\n\n"
+	events := append(slices.Repeat([]string{content}, 500), usage, "data: [DONE]\n\n")
+	for _, coding := range []string{"gzip", "zstd"} {
+		stream := compressEvents(b, coding, events)
+		c := parseCodings(coding, AllEncodings)
+		b.Run(coding, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(stream)))
+			for b.Loop() {
+				p := &parser{sse: true, limit: 4 << 20}
+				d := startDecoder(c, p, 4<<20, func() {})
+				for s := stream; len(s) > 0; {
+					n := min(256, len(s))
+					d.write(s[:n])
+					s = s[n:]
+				}
+				if err := d.finish(); err != nil {
+					b.Fatal(err)
+				}
+				if u, ok := p.end(); !ok || u.Total != 700 {
+					b.Fatalf("usage %+v %v", u, ok)
+				}
+			}
+		})
+	}
 }

@@ -32,9 +32,10 @@
 //     for a request that carried the operator's own credential.
 //
 // Compressed replies (Content-Encoding gzip, x-gzip, deflate, br, zstd, up to two stacked) are
-// decoded as their chunks arrive, on one goroutine per reply fed through a pipe, within
-// Options.MaxDecoded decoded bytes and Options.MaxDecoders replies at once per replica (a
-// reply's decoder is released at its end, or at its event stream's data: [DONE]); a reply
+// decoded as their chunks arrive, on one goroutine per reply fed one chunk at a time (each
+// decoded as far as it goes before the next message is read), within Options.MaxDecoded
+// decoded bytes and Options.MaxDecoders replies at once per replica (a reply's decoder is
+// released at its end, or at its event stream's data: [DONE]); a reply
 // that cannot be decoded (a coding not enabled, a corrupt or truncated stream, over a bound)
 // keeps its reservation and is counted in llm_ratelimit_reconcile_errors_total by reason.
 //
@@ -42,8 +43,8 @@
 // modes it answers every message at once and does its store calls after. A response whose usage
 // never arrives keeps its reservation (the worst case, already debited): nothing leaks, since a
 // token bucket refills on its own; only the lease needs an end, and its time to live is it. An
-// event stream settles when it says it is over (data: [DONE]; a compressed one with the next
-// chunk after that), not when Envoy ends it. Metrics of refunds and overage count what the
+// event stream settles when it says it is over (data: [DONE], compressed or not), not when
+// Envoy ends it. Metrics of refunds and overage count what the
 // store applied, after it applied it.
 //
 // It owns the reading of a response (its JSON body or its server-sent events, within a bound),

@@ -420,9 +420,9 @@ func (s *Server) cut(st *stream) (provider.Usage, bool) {
 // saidOver reports whether the reply's event stream has said, as far as it was read, that it is
 // over (data: [DONE]): its usage is final, and settling now releases its lease at once, not
 // when Envoy ends the stream, which for a client that hung up at [DONE] is its deferred close,
-// seconds later. A compressed reply's decoder stops there (decodeInto); one still decoding is
-// looked at again with the next chunk. A decoder that stopped on an error settles now too, as
-// it would at the end: without usage.
+// seconds later. A compressed reply's decoder stops there (decodeInto), within the write of the
+// chunk that carries it. A decoder that stopped on an error settles now too, as it would at the
+// end: without usage.
 func saidOver(st *stream) bool {
 	if st.dec != nil {
 		select {
