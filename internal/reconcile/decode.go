@@ -101,6 +101,11 @@ var (
 // recommends every decoder support. A frame declaring more is refused (decode_corrupt).
 const zstdMaxWindow = 8 << 20
 
+// The decoders kept between replies: a zstd decoder keeps the history of its window (up to
+// zstdMaxWindow), a gzip one its 32 KiB window, which new ones allocate again for every reply.
+// A reply uses one at a time, so each pool holds at most Options.MaxDecoders of them.
+var zstdDecoders, gzipDecoders sync.Pool
+
 // copyBufs holds the buffers decoders copy through.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
@@ -207,11 +212,17 @@ func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
 	nop := func() {}
 	switch e {
 	case Gzip:
-		zr, err := gzip.NewReader(r)
+		zr, _ := gzipDecoders.Get().(*gzip.Reader)
+		var err error
+		if zr == nil {
+			zr, err = gzip.NewReader(r)
+		} else {
+			err = zr.Reset(r)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
-		return zr, func() { zr.Close() }, nil
+		return zr, func() { gzipDecoders.Put(zr) }, nil
 	case Deflate:
 		// RFC 9110 section 8.4.1.2: "deflate" is the zlib format; some servers send raw deflate
 		// instead, told apart by zlib's two-byte header (RFC 1950: method 8, check bits).
@@ -229,12 +240,26 @@ func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
 		// The large-window extension (RFC 9841) stays off: windows up to 16 MiB, the format's own.
 		return brotli.NewReader(r), nop, nil
 	case Zstd:
-		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(zstdMaxWindow))
-		if err != nil {
+		zr, _ := zstdDecoders.Get().(*zstd.Decoder)
+		if zr == nil {
+			var err error
+			if zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+				zstd.WithDecoderMaxWindow(zstdMaxWindow)); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := zr.Reset(r); err != nil {
+			zr.Close()
 			return nil, nil, err
 		}
-		return zr, zr.Close, nil
+		return zr, func() {
+			// Reset(nil) lets go of the reply; the window stays for the next one.
+			if zr.Reset(nil) == nil {
+				zstdDecoders.Put(zr)
+			} else {
+				zr.Close()
+			}
+		}, nil
 	}
 	return nil, nil, errors.New("reconcile: no decoder")
 }

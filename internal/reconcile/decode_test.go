@@ -211,6 +211,47 @@ func TestDecodersAreBounded(t *testing.T) {
 	}
 }
 
+// Decoders are kept between replies (gzip, zstd): one that stopped on a corrupt, truncated or
+// cut reply decodes the next reply whole.
+func TestDecodersReused(t *testing.T) {
+	t.Parallel()
+	json := []byte(`{"usage":{"total_tokens":300}}`)
+	for _, coding := range []string{"gzip", "zstd"} {
+		t.Run(coding, func(t *testing.T) {
+			t.Parallel()
+			good := compress(t, coding, json)
+			corrupt := append([]byte(nil), good...)
+			corrupt[len(corrupt)/2] ^= 0xff
+			c := parseCodings(coding, AllEncodings)
+			for i := range 30 {
+				p := &parser{limit: 1 << 16}
+				d := startDecoder(c, p, 1<<20, func() {})
+				switch i % 4 {
+				case 1:
+					d.write(corrupt)
+					_ = d.finish()
+					continue
+				case 2:
+					d.write(good[:len(good)-5])
+					_ = d.finish()
+					continue
+				case 3:
+					d.write(good[:len(good)/2])
+					d.abort()
+					continue
+				}
+				d.write(good)
+				if err := d.finish(); err != nil {
+					t.Fatalf("reply %d: %v", i, err)
+				}
+				if u, ok := p.end(); !ok || u.Total != 300 {
+					t.Fatalf("reply %d: usage %+v %v, want 300 tokens", i, u, ok)
+				}
+			}
+		})
+	}
+}
+
 // FuzzDecode feeds arbitrary bytes to every decoder: never a panic, never more than the bound
 // handed to the parser.
 func FuzzDecode(f *testing.F) {
