@@ -101,10 +101,11 @@ var (
 // recommends every decoder support. A frame declaring more is refused (decode_corrupt).
 const zstdMaxWindow = 8 << 20
 
-// The decoders kept between replies: a zstd decoder keeps the history of its window (up to
-// zstdMaxWindow), a gzip one its 32 KiB window, which new ones allocate again for every reply.
-// A reply uses one at a time, so each pool holds at most Options.MaxDecoders of them.
-var zstdDecoders, gzipDecoders sync.Pool
+// The decoders kept between replies, with the windows and tables a new one allocates again for
+// every reply: zstd's history (up to zstdMaxWindow), gzip's 32 KiB window, brotli's ring buffer.
+// A reply uses one at a time, so each pool holds at most Options.MaxDecoders of them. Deflate,
+// rare in replies, gets a new one each time.
+var zstdDecoders, gzipDecoders, brotliDecoders sync.Pool
 
 // copyBufs holds the buffers decoders copy through.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
@@ -209,7 +210,6 @@ func decodeInto(r io.Reader, c codings, p *parser, max int64) error {
 
 // newReader returns the decoder of one coding over r, and what releases it.
 func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
-	nop := func() {}
 	switch e {
 	case Gzip:
 		zr, _ := gzipDecoders.Get().(*gzip.Reader)
@@ -238,7 +238,13 @@ func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
 		return fr, func() { fr.Close() }, nil
 	case Brotli:
 		// The large-window extension (RFC 9841) stays off: windows up to 16 MiB, the format's own.
-		return brotli.NewReader(r), nop, nil
+		br, _ := brotliDecoders.Get().(*brotli.Reader)
+		if br == nil {
+			br = brotli.NewReader(r)
+		} else if err := br.Reset(r); err != nil {
+			return nil, nil, err
+		}
+		return br, func() { brotliDecoders.Put(br) }, nil
 	case Zstd:
 		zr, _ := zstdDecoders.Get().(*zstd.Decoder)
 		if zr == nil {

@@ -211,12 +211,12 @@ func TestDecodersAreBounded(t *testing.T) {
 	}
 }
 
-// Decoders are kept between replies (gzip, zstd): one that stopped on a corrupt, truncated or
-// cut reply decodes the next reply whole.
+// Decoders are kept between replies (gzip, br, zstd): one that stopped on a corrupt, truncated
+// or cut reply decodes the next reply whole.
 func TestDecodersReused(t *testing.T) {
 	t.Parallel()
 	json := []byte(`{"usage":{"total_tokens":300}}`)
-	for _, coding := range []string{"gzip", "zstd"} {
+	for _, coding := range []string{"gzip", "br", "zstd"} {
 		t.Run(coding, func(t *testing.T) {
 			t.Parallel()
 			good := compress(t, coding, json)
@@ -271,14 +271,14 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// BenchmarkDecoderSSE decodes a compressed OpenAI stream of 500 content events (each flushed, as
+// BenchmarkDecoderSSE decodes, in each coding, a compressed OpenAI stream of 500 content events (each flushed, as
 // a streaming server flushes them), its usage and [DONE], handed over in chunks of 256 bytes as
 // the response path hands over every compressed reply.
 func BenchmarkDecoderSSE(b *testing.B) {
 	content := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n\n"
 	usage := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":200,"completion_tokens":500,"total_tokens":700}}` + "\n\n"
 	events := append(slices.Repeat([]string{content}, 500), usage, "data: [DONE]\n\n")
-	for _, coding := range []string{"gzip", "zstd"} {
+	for _, coding := range []string{"gzip", "deflate", "br", "zstd"} {
 		stream := compressEvents(b, coding, events)
 		c := parseCodings(coding, AllEncodings)
 		b.Run(coding, func(b *testing.B) {
