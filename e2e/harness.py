@@ -164,20 +164,21 @@ def start(name: str, argv: list[str], workdir: Path, env: dict | None = None) ->
 # The Envoy test variant
 
 
-def ext_authz_filter(cfg: dict) -> dict:
+def http_filter(cfg: dict, name: str) -> dict:
+    """The typed config of the listener's HTTP filter `name` (envoy.filters.http.ext_authz, ...)."""
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     for f in hcm["http_filters"]:
-        if f["name"] == "envoy.filters.http.ext_authz":
+        if f["name"] == name:
             return f["typed_config"]
-    raise KeyError("no ext_authz filter in the shipped envoy.yaml")
+    raise KeyError(f"no {name} filter in the shipped envoy.yaml")
+
+
+def ext_authz_filter(cfg: dict) -> dict:
+    return http_filter(cfg, "envoy.filters.http.ext_authz")
 
 
 def ext_proc_filter(cfg: dict) -> dict:
-    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    for f in hcm["http_filters"]:
-        if f["name"] == "envoy.filters.http.ext_proc":
-            return f["typed_config"]
-    raise KeyError("no ext_proc filter in the shipped envoy.yaml")
+    return http_filter(cfg, "envoy.filters.http.ext_proc")
 
 
 def _static_endpoints(cluster: dict, addrs: list[tuple[str, int]]) -> None:

@@ -76,10 +76,9 @@ def _deviate(cfg: dict, control: bool) -> dict:
                 if r["route"].get("timeout") == "600s":
                     r["route"]["timeout"] = ROUTE_TIMEOUT
     if control:
-        for f in hcm["http_filters"]:
-            if f["name"] == "envoy.filters.http.ext_proc":
-                f["typed_config"]["processing_mode"]["request_header_mode"] = "SKIP"
-                f["typed_config"].pop("response_attributes")
+        proc = h.ext_proc_filter(cfg)
+        proc["processing_mode"]["request_header_mode"] = "SKIP"
+        proc.pop("response_attributes")
     return cfg
 
 
