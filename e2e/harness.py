@@ -10,6 +10,7 @@ also runs the whole suite in its own process group and kills that group when it 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures as cf
 import copy
 import json
 import os
@@ -22,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 import yaml
@@ -162,6 +164,14 @@ def start(name: str, argv: list[str], workdir: Path, env: dict | None = None) ->
 
 # ---------------------------------------------------------------------------------------------
 # The Envoy test variant
+
+
+def at_once(timeout: float = 900, **runs: Callable[[], dict]) -> dict:
+    """Runs scenarios at the same time, each on its own stack (they do not interfere: the
+    background scenarios of conftest.py run six at once); their results by name."""
+    with cf.ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="at-once") as pool:
+        futures = {name: pool.submit(run) for name, run in runs.items()}
+        return {name: f.result(timeout=timeout) for name, f in futures.items()}
 
 
 def http_filter(cfg: dict, name: str) -> dict:

@@ -76,7 +76,8 @@ def runs(tmp_path_factory):
     match: {{provider: anthropic}}
     per: [model]
     tokens: {{limit: {int(ITPM * m)}, period: minute}}"""
-    out = {"dimensions": _run(workdir, "accounting-dimensions", dims), "single": _run(workdir, "accounting-single", single)}
+    out = h.at_once(dimensions=lambda: _run(workdir, "accounting-dimensions", dims),
+                    single=lambda: _run(workdir, "accounting-single", single))
     rpt.write_json("accounting", out)
     return out
 

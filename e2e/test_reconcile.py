@@ -12,7 +12,6 @@ run with provider_feedback off is the control that shows the test can fail."""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import copy
 import hashlib
 import math
@@ -297,10 +296,7 @@ def on_and_off(run, on_arg: bool) -> dict:
     once, each on its own stack."""
     d = rpt.REPORT_DIR / "run"
     d.mkdir(parents=True, exist_ok=True)
-    with cf.ThreadPoolExecutor(max_workers=2) as pool:
-        on = pool.submit(run, d, on_arg)
-        off = pool.submit(run, d, not on_arg)
-        return {"on": on.result(timeout=600), "off": off.result(timeout=600)}
+    return h.at_once(600, on=lambda: run(d, on_arg), off=lambda: run(d, not on_arg))
 
 
 @pytest.fixture(scope="module")
