@@ -23,7 +23,8 @@ import (
 func topCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", envOr("ADMIN_URL", "http://127.0.0.1:9090"), "the service's admin port URL")
+	var admins headerList
+	fs.Var(&admins, "admin", "an admin port URL of the service; repeatable, one per replica, to sum their rates (default $ADMIN_URL, comma-separated, or http://127.0.0.1:9090)")
 	provider := fs.String("provider", "openai", "the provider of the buckets, as rules match it")
 	var models, tenants headerList
 	fs.Var(&models, "model", "a model whose buckets to show, as requests name it (repeatable; at least one)")
@@ -42,22 +43,33 @@ func topCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if len(tenants) == 0 {
 		tenants = headerList{""}
 	}
+	if len(admins) == 0 {
+		admins = strings.Split(envOr("ADMIN_URL", "http://127.0.0.1:9090"), ",")
+	}
+	if slices.Contains(admins, "") {
+		fs.Usage()
+		return exitCode(2)
+	}
 	scopes := make([]top.Scope, 0, len(models)*len(tenants))
 	for _, m := range models {
 		for _, t := range tenants {
 			scopes = append(scopes, top.Scope{Provider: *provider, Model: m, Tenant: t, Rule: *rule})
 		}
 	}
-	title := fmt.Sprintf("%s  %s/%s  every %s", *admin, *provider, strings.Join(models, ","), *interval)
+	where := admins[0]
+	if len(admins) > 1 {
+		where = fmt.Sprintf("%s +%d", admins[0], len(admins)-1)
+	}
+	title := fmt.Sprintf("%s  %s/%s  every %s", where, *provider, strings.Join(models, ","), *interval)
 	if *rule != "" {
 		title += "  rule " + *rule
 	}
-	client := &top.Client{Base: *admin, HTTP: &http.Client{Timeout: max(*interval, 2*time.Second)}}
+	client := &top.Client{Bases: admins, HTTP: &http.Client{Timeout: max(*interval, 2*time.Second)}}
 
 	out, isFile := stdout.(*os.File)
 	if *once || !isFile || !term.IsTerminal(out.Fd()) {
 		// Two scrapes, interval apart, so that the one frame has rates.
-		_, first, err := client.Poll(ctx, scopes, top.Sample{})
+		_, first, err := client.Poll(ctx, scopes, nil)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package top
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,22 +58,24 @@ type Sample struct {
 	Decisions map[string]float64
 	Held      float64
 	Leases    float64
-	// Provider429s are the provider 429s this replica's response path saw: those that paused
+	// Provider429s are the provider 429s the replica's response path saw: those that paused
 	// buckets (kind pause) and those without a wait (spend_cap), since it started.
 	Provider429s float64
 }
 
-// Client reads one service's admin port. It is safe for concurrent use.
+// Client reads a service's admin ports. It is safe for concurrent use.
 type Client struct {
-	// Base is the admin port's URL, such as http://127.0.0.1:9090.
-	Base string
-	HTTP *http.Client
+	// Bases are the admin ports' URLs, such as http://127.0.0.1:9090: one, or one per replica of
+	// the service. The metrics of every replica are summed; the buckets, kept in the store the
+	// replicas share, are read from the first replica that answers.
+	Bases []string
+	HTTP  *http.Client
 	// Now is the clock of the samples; nil is time.Now.
 	Now func() time.Time
 }
 
-func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.Base, "/")+path, nil)
+func (c *Client) get(ctx context.Context, base, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +111,8 @@ const (
 	AllModels  = "*"
 )
 
-// Buckets reads GET /v1/buckets for one scope.
-func (c *Client) Buckets(ctx context.Context, s Scope) ([]Bucket, error) {
+// Buckets reads GET /v1/buckets for one scope from the admin port base.
+func (c *Client) Buckets(ctx context.Context, base string, s Scope) ([]Bucket, error) {
 	q := url.Values{"provider": {s.Provider}, "model": {s.Model}}
 	if s.Tenant != "" {
 		q.Set("tenant", s.Tenant)
@@ -117,7 +120,7 @@ func (c *Client) Buckets(ctx context.Context, s Scope) ([]Bucket, error) {
 	if s.Rule != "" {
 		q.Set("rule", s.Rule)
 	}
-	body, err := c.get(ctx, "/v1/buckets?"+q.Encode())
+	body, err := c.get(ctx, base, "/v1/buckets?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("top: buckets of tenant %q: %w", s.Tenant, err)
 	}
@@ -139,14 +142,14 @@ func (c *Client) Buckets(ctx context.Context, s Scope) ([]Bucket, error) {
 	return r.Buckets, nil
 }
 
-// Scrape reads GET /metrics.
-func (c *Client) Scrape(ctx context.Context) (Sample, error) {
+// Scrape reads GET /metrics from the admin port base.
+func (c *Client) Scrape(ctx context.Context, base string) (Sample, error) {
 	now := time.Now
 	if c.Now != nil {
 		now = c.Now
 	}
 	at := now()
-	body, err := c.get(ctx, "/metrics")
+	body, err := c.get(ctx, base, "/metrics")
 	if err != nil {
 		return Sample{}, fmt.Errorf("top: metrics: %w", err)
 	}
@@ -243,18 +246,33 @@ func RatesBetween(prev, cur Sample) Rates {
 	return Rates{Known: true, Admitted: sum(admitted), Denied: sum(denied)}
 }
 
-// Poll reads every scope's buckets and a sample of the metrics, and returns the snapshot with
-// the rates since prev (a zero prev: unknown rates).
-func (c *Client) Poll(ctx context.Context, scopes []Scope, prev Sample) (Snapshot, Sample, error) {
-	var snap Snapshot
-	cur, err := c.Scrape(ctx)
-	if err != nil {
-		return snap, prev, err
+// Poll scrapes every replica's metrics and reads every scope's buckets from the first replica
+// that answered, and returns the snapshot with the rates since prev (one sample per replica, in
+// the order of Bases; a zero sample: unknown rates) and the new samples. A replica that does not
+// answer is left out of the sums (Snapshot.Answered); none answering is an error.
+func (c *Client) Poll(ctx context.Context, scopes []Scope, prev []Sample) (Snapshot, []Sample, error) {
+	snap := Snapshot{Replicas: len(c.Bases)}
+	cur := make([]Sample, len(c.Bases))
+	var first string
+	var errs []error
+	for i, base := range c.Bases {
+		s, err := c.Scrape(ctx, base)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", base, err))
+			continue
+		}
+		cur[i] = s
+		if snap.Answered++; first == "" {
+			first, snap.At = base, s.At
+		}
+	}
+	if first == "" {
+		return Snapshot{}, prev, errors.Join(errs...)
 	}
 	for _, s := range scopes {
-		b, err := c.Buckets(ctx, s)
+		b, err := c.Buckets(ctx, first, s)
 		if err != nil {
-			return snap, cur, err
+			return Snapshot{}, cur, err
 		}
 		for _, x := range b {
 			// A bucket not kept per tenant (or per model) is the same one for every tenant (or
@@ -267,8 +285,26 @@ func (c *Client) Poll(ctx context.Context, scopes []Scope, prev Sample) (Snapsho
 			snap.Buckets = append(snap.Buckets, x)
 		}
 	}
-	snap.Rates = RatesBetween(prev, cur)
-	snap.Held, snap.Leases, snap.Provider429s = cur.Held, cur.Leases, cur.Provider429s
-	snap.At = cur.At
+	// The rates are known once every replica that answered now had answered before too.
+	snap.Rates.Known = true
+	for i, s := range cur {
+		if s.Decisions == nil {
+			continue
+		}
+		var p Sample
+		if i < len(prev) {
+			p = prev[i]
+		}
+		r := RatesBetween(p, s)
+		snap.Rates.Known = snap.Rates.Known && r.Known
+		snap.Rates.Admitted += r.Admitted
+		snap.Rates.Denied += r.Denied
+		snap.Held += s.Held
+		snap.Leases += s.Leases
+		snap.Provider429s += s.Provider429s
+	}
+	if !snap.Rates.Known {
+		snap.Rates = Rates{}
+	}
 	return snap, cur, nil
 }

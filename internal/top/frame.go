@@ -16,8 +16,10 @@ type Snapshot struct {
 	Rates   Rates
 	Held    float64
 	Leases  float64
-	// Provider429s counts the provider's 429s since the replica started (Sample.Provider429s).
+	// Provider429s counts the provider's 429s since the replicas started (Sample.Provider429s).
 	Provider429s float64
+	// Replicas are the admin ports asked; Answered those whose metrics the sums hold.
+	Replicas, Answered int
 }
 
 // Order is how the frame sorts the buckets.
@@ -64,7 +66,11 @@ func Render(s Snapshot, v View, width int) string {
 	if s.Rates.Known {
 		rates = fmt.Sprintf("admitted %.1f/s  denied %.1f/s", s.Rates.Admitted, s.Rates.Denied)
 	}
-	fmt.Fprintf(&b, "%s  held %g  leases %g  provider 429s %g\n", rates, s.Held, s.Leases, s.Provider429s)
+	fmt.Fprintf(&b, "%s  held %g  leases %g  provider 429s %g", rates, s.Held, s.Leases, s.Provider429s)
+	if s.Replicas > 1 {
+		fmt.Fprintf(&b, "  replicas %d/%d", s.Answered, s.Replicas)
+	}
+	b.WriteString("\n")
 	if v.Err != nil {
 		fmt.Fprintf(&b, "error: %v\n", v.Err)
 	}

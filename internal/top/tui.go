@@ -18,7 +18,7 @@ type Model struct {
 	view     View
 	width    int
 	snap     Snapshot
-	prev     Sample
+	prev     []Sample
 	editing  bool
 }
 
@@ -30,7 +30,7 @@ func NewModel(c *Client, scopes []Scope, interval time.Duration, title string) *
 
 type polled struct {
 	snap Snapshot
-	cur  Sample
+	cur  []Sample
 	err  error
 }
 
