@@ -6,7 +6,7 @@
 //	ext-authz estimate [flags] [FILE]  price a request body and show the rules and buckets it hits
 //	ext-authz check [flags] [FILE]     send one Check to a running server and print the answer
 //	ext-authz replay -config F FILE... replay decision logs against limits offline and report
-//	ext-authz top -model M [flags]     watch a running server's buckets and decision rates on its admin port
+//	ext-authz top -model M [flags]     watch a running service's buckets and decision rates on its admin ports
 //
 // Run `ext-authz COMMAND -h` for the flags of each.
 //

@@ -18,7 +18,7 @@ import (
 	"github.com/llm-ratelimit/llm-ratelimit/internal/top"
 )
 
-// topCmd shows a running service's buckets and decision rates, read on its admin port: live in
+// topCmd shows a running service's buckets and decision rates, read on its admin ports: live in
 // a terminal, or one plain-text frame when stdout is not one or with -once.
 func topCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
