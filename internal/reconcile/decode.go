@@ -271,9 +271,9 @@ func newReader(e Encodings, r io.Reader) (io.Reader, func(), error) {
 }
 
 // write hands one chunk to the decoders and returns once they have decoded all they could of it
-// (nothing once they have stopped).
+// (nothing once they have stopped or the input was ended).
 func (d *decoder) write(chunk []byte) {
-	if d.stopped || len(chunk) == 0 {
+	if d.stopped || d.closed || len(chunk) == 0 {
 		return
 	}
 	select {
