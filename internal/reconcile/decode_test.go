@@ -212,7 +212,7 @@ func TestDecodersAreBounded(t *testing.T) {
 }
 
 // Decoders are kept between replies (gzip, br, zstd): one that stopped on a corrupt, truncated
-// or cut reply decodes the next reply whole.
+// or cut reply decodes the next reply whole. A chunk written after the input ended is dropped.
 func TestDecodersReused(t *testing.T) {
 	t.Parallel()
 	json := []byte(`{"usage":{"total_tokens":300}}`)
@@ -238,6 +238,7 @@ func TestDecodersReused(t *testing.T) {
 				case 3:
 					d.write(good[:len(good)/2])
 					d.abort()
+					d.write(good) // after the end: dropped
 					continue
 				}
 				d.write(good)
