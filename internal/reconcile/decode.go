@@ -160,7 +160,9 @@ func (f *feed) Read(b []byte) (int, error) {
 		f.cur, f.handed = c, true
 	}
 	n := copy(b, f.cur)
-	f.cur = f.cur[n:]
+	if f.cur = f.cur[n:]; len(f.cur) == 0 {
+		f.cur = nil // a kept decoder's reader must not hold the message's bytes
+	}
 	return n, nil
 }
 
