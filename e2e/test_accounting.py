@@ -76,8 +76,7 @@ def runs(tmp_path_factory):
     match: {{provider: anthropic}}
     per: [model]
     tokens: {{limit: {int(ITPM * m)}, period: minute}}"""
-    out = h.at_once(dimensions=lambda: _run(workdir, "accounting-dimensions", dims),
-                    single=lambda: _run(workdir, "accounting-single", single))
+    out = {"dimensions": _run(workdir, "accounting-dimensions", dims), "single": _run(workdir, "accounting-single", single)}
     rpt.write_json("accounting", out)
     return out
 
@@ -177,10 +176,9 @@ def test_openai_character_rule_with_its_profile(tmp_path):
     (accounting: max_of_chars) the limiter holds it: no provider 429, the budget used; with the
     default sum (prompt + max_tokens), which counts these prose prompts lower than their
     characters / 4, the two disagree and the provider refuses what the limiter let through."""
-    # The control, at the same time, shows the disagreement in its first seconds: 20 s of it are enough.
-    runs = h.at_once(matching=lambda: _run_openai(tmp_path, "chars-matching", "accounting:\n  - {provider: openai, counting: max_of_chars}\n"),
-                     default=lambda: _run_openai(tmp_path, "chars-default", "", duration=20.0))
-    matching, default = runs["matching"], runs["default"]
+    matching = _run_openai(tmp_path, "chars-matching", "accounting:\n  - {provider: openai, counting: max_of_chars}\n")
+    # The control shows the disagreement in its first seconds: 20 s of it are enough.
+    default = _run_openai(tmp_path, "chars-default", "", duration=20.0)
     rpt.write_json("accounting-openai", {"matching": matching, "default": default})
     assert matching["client"]["errors"] == 0, matching
     assert matching["client"]["rate_limited"] > 0, matching  # demand above the limit

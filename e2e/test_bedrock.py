@@ -76,8 +76,7 @@ def _run(workdir, name: str, weight: int | None) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bedrock")
-    out = h.at_once(weighted=lambda: _run(workdir, "bedrock-weighted", None),
-                    unweighted=lambda: _run(workdir, "bedrock-unweighted", 1))
+    out = {"weighted": _run(workdir, "bedrock-weighted", None), "unweighted": _run(workdir, "bedrock-unweighted", 1)}
     rpt.write_json("bedrock", out)
     return out
 

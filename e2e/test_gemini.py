@@ -109,8 +109,7 @@ def _load(workdir, name: str, dimension: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("gemini")
-    out = h.at_once(input=lambda: _load(workdir, "gemini-input", "input_tokens"),
-                    tokens=lambda: _load(workdir, "gemini-tokens", "tokens"))
+    out = {"input": _load(workdir, "gemini-input", "input_tokens"), "tokens": _load(workdir, "gemini-tokens", "tokens")}
     rpt.write_json("gemini", out)
     return out
 

@@ -128,8 +128,6 @@ def runs(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("learning")
     # The static control is measured over the first half alone (as the learned run before its
     # shift), so it runs for that half only.
-    # One after the other: the learned run alone holds its claim of no provider 429 before the
-    # shift; run beside its control on the shared 2 cores it once drew one.
     out = {"static": _anthropic_run(workdir, "learning-static", learn=False, replicas=2, shift=False, duration=SHIFT_AT),
            "learned": _anthropic_run(workdir, "learning-learned", learn=True, replicas=3, shift=True)}
     rpt.write_json("learning", out)
