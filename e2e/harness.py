@@ -167,8 +167,9 @@ def start(name: str, argv: list[str], workdir: Path, env: dict | None = None) ->
 
 
 def at_once(timeout: float = 900, **runs: Callable[[], dict]) -> dict:
-    """Runs scenarios at the same time, each on its own stack (they do not interfere: the
-    background scenarios of conftest.py run six at once); their results by name."""
+    """Runs scenarios at the same time, each on its own stack; their results by name. They share
+    the machine's cores: a scenario that claims no provider 429 at the provider's full allowance
+    runs alone, since a stack beside it can cost it that margin."""
     with cf.ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="at-once") as pool:
         futures = {name: pool.submit(run) for name, run in runs.items()}
         return {name: f.result(timeout=timeout) for name, f in futures.items()}
